@@ -1,0 +1,49 @@
+# Entry points of the course. Only Python (3.10+) and make are needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.gpucourse-installed
+PORT   ?= 8888
+JOBS   ?= 2
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: lab test test-fast doctor notebooks pins lint clean help
+
+help:
+	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/"
+	@echo "make test       set up .venv if needed, run the whole CPU suite"
+	@echo "make test-fast  helper unit tests and hygiene only (seconds)"
+	@echo "make doctor     the environment report (paste it into bug reports)"
+	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
+	@echo "make pins       regenerate environment.yml and binder/ from pyproject.toml"
+
+# Set-up: redone only when pyproject.toml changes (or .venv is missing).
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e ".[course]"
+	@touch $@
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not gpu" tests solutions --nbval-lax
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu and not slow" tests
+
+doctor: $(STAMP)
+	@$(BIN)/python -m gpucourse doctor
+
+notebooks: $(STAMP)
+	$(BIN)/python tools/make_notebooks.py
+
+pins: $(STAMP)
+	$(BIN)/python tools/sync_pins.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check utils tests tools
+
+clean:
+	rm -rf gradebook.db submitted autograded feedback .pytest_cache

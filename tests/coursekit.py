@@ -1,0 +1,136 @@
+"""What the course tests share: the lessons, their cells, and nbgrader runs in a scratch course."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import make_notebooks  # noqa: E402  (tools/make_notebooks.py)
+
+FIXTURES = ROOT / "tests" / "fixtures"
+CHECKED = "nbval-check-output"
+
+
+def lessons() -> list[str]:
+    """Lesson folders, found from solutions/: a new lesson needs no test change."""
+    return make_notebooks.lessons()
+
+
+def solution_path(lesson: str) -> Path:
+    (path,) = sorted((ROOT / "solutions" / lesson).glob("*.ipynb"))
+    return path
+
+
+def student_path(lesson: str) -> Path:
+    return ROOT / "notebooks" / lesson / solution_path(lesson).name
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def repository_url() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def nbgrader_cells(nb, kind: str) -> list:
+    """Cells of one kind: "answer" (autograded code), "test", "written" (graded by hand)."""
+    out = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if kind == "answer" and meta.get("solution") and not meta.get("grade") and cell.cell_type == "code":
+            out.append(cell)
+        elif kind == "test" and meta.get("grade") and not meta.get("solution"):
+            out.append(cell)
+        elif kind == "written" and meta.get("grade") and meta.get("solution"):
+            out.append(cell)
+    return out
+
+
+def answer_of(test_id: str, answer_ids: list[str]) -> str | None:
+    """The answer cell a test cell grades: test ids are `test_<answer id>` (optionally `_more`)."""
+    matches = [a for a in answer_ids if test_id == f"test_{a}" or test_id.startswith(f"test_{a}_")]
+    return max(matches, key=len) if matches else None
+
+
+@dataclass
+class Fixture:
+    """A wrong-answer fixture: replacement sources for some answer cells of a lesson."""
+
+    lesson: str
+    name: str
+    answers: dict[str, str]
+
+
+def fixtures(lesson: str | None = None) -> list[Fixture]:
+    """tests/fixtures/<lesson>/<name>.py, cells separated by `# %% <grade_id>` lines."""
+    found = []
+    for path in sorted(FIXTURES.glob(f"{lesson or '*'}/*.py")):
+        parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
+        answers = {grade_id: source.strip("\n") for grade_id, source in zip(parts[1::2], parts[2::2])}
+        found.append(Fixture(path.parent.name, path.stem, answers))
+    return found
+
+
+def submission_from(student_nb, answers: dict[str, str]):
+    """A copy of the student notebook with some answer cells filled in."""
+    nb = nbformat.from_dict(student_nb)
+    ids = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell for cell in nb.cells}
+    for grade_id, source in answers.items():
+        if grade_id not in ids:
+            raise KeyError(f"fixture names {grade_id!r}, which is not a cell of this lesson")
+        ids[grade_id].source = source
+    return nb
+
+
+def solution_answers(lesson: str) -> dict[str, str]:
+    """The solution's source of every answer cell, with nbgrader's markers removed."""
+    out = {}
+    for cell in nbgrader_cells(read(solution_path(lesson)), "answer") + nbgrader_cells(read(solution_path(lesson)), "written"):
+        lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line]
+        out[cell.metadata.nbgrader.grade_id] = "\n".join(lines)
+    return out
+
+
+def env() -> dict:
+    return make_notebooks.venv_env()
+
+
+def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    quiet = [] if args[0] == "validate" else ["--log-level=WARN"]  # validate takes no log level
+    return subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args, *quiet],
+        cwd=course, env=env(), capture_output=True, text=True, check=check,
+    )
+
+
+def scratch_course(tmp: Path, lessons_: list[str]) -> Path:
+    """A course copy in ``tmp`` with the lessons generated (gradebook included)."""
+    course = make_notebooks.copy_course(tmp / "course")
+    make_notebooks.generate(course, lessons_)
+    return course
+
+
+def submit(course: Path, student: str, lesson: str, nb) -> Path:
+    path = course / "submitted" / student / lesson / solution_path(lesson).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def scores(course: Path, lesson: str, student: str) -> dict[str, tuple[float | None, float, bool]]:
+    """grade_id -> (score, max score, needs manual grade) from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    name = solution_path(lesson).stem
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        notebook = gb.find_submission_notebook(name, lesson, student)
+        return {g.name: (g.score, g.max_score, g.needs_manual_grade) for g in notebook.grades}

@@ -1,0 +1,119 @@
+"""The grading round trip, as an instructor runs it, in a scratch course.
+
+- notebooks/ is exactly what nbgrader generates from solutions/;
+- autograde: the solutions score full marks, the untouched student notebook
+  scores zero without crashing the grader, and every wrong-answer fixture
+  loses exactly the points of the test cells of the answers it gets wrong;
+- nbgrader validate passes the solutions and fails the untouched notebooks;
+- no cell of a solution raises a DeprecationWarning or FutureWarning.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import re
+
+import nbformat
+import pytest
+
+import coursekit as ck
+
+LESSONS = ck.lessons()
+SUBMISSIONS = [(lesson, "solution") for lesson in LESSONS] + [(lesson, "untouched") for lesson in LESSONS]
+SUBMISSIONS += [(f.lesson, f.name) for f in ck.fixtures()]
+
+
+def test_there_are_lessons():
+    assert LESSONS, "solutions/ holds no lesson"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_student_notebooks_are_generated_from_solutions(lesson, tmp_path):
+    course = ck.scratch_course(tmp_path, [lesson])
+    generated = course / "notebooks" / lesson / ck.solution_path(lesson).name
+    committed = ck.student_path(lesson)
+    assert committed.exists(), f"{committed} is missing: run `make notebooks`"
+    assert filecmp.cmp(generated, committed, shallow=False), (
+        f"{committed.relative_to(ck.ROOT)} differs from what solutions/ generates: run `make notebooks` "
+        "(notebooks/ is never edited by hand)"
+    )
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_exercise_has_wrong_answer_fixtures(lesson):
+    answers = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "answer")]
+    covered = [grade_id for f in ck.fixtures(lesson) for grade_id in f.answers]
+    for grade_id in answers:
+        assert covered.count(grade_id) >= 2, f"{lesson}: exercise {grade_id!r} needs wrong answers in two fixtures"
+    unknown = set(covered) - set(answers)
+    assert not unknown, f"fixtures of {lesson} name cells that are not exercises: {unknown}"
+
+
+def _submission(lesson: str, name: str):
+    student = ck.read(ck.student_path(lesson))
+    if name == "untouched":
+        return student, set()
+    answers = ck.solution_answers(lesson)
+    if name == "solution":
+        return ck.submission_from(student, answers), set()
+    (fixture,) = [f for f in ck.fixtures(lesson) if f.name == name]
+    return ck.submission_from(student, {**answers, **fixture.answers}), set(fixture.answers)
+
+
+CELL_WARNING = re.compile(r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson,name", SUBMISSIONS, ids=[f"{lesson}-{name}" for lesson, name in SUBMISSIONS])
+def test_autograde(lesson, name, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning,default::FutureWarning")
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
+    course = ck.scratch_course(tmp_path, [lesson])
+    nb, wrong = _submission(lesson, name)
+    submitted = ck.submit(course, name, lesson, nb)
+    before = submitted.read_bytes()
+
+    result = ck.nbgrader(course, "autograde", lesson, "--force")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert submitted.read_bytes() == before, "the grader must never change a submission"
+
+    source = ck.read(ck.solution_path(lesson))
+    answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
+    got = ck.scores(course, lesson, name)
+    for cell in ck.nbgrader_cells(source, "test"):
+        grade_id = cell.metadata.nbgrader.grade_id
+        score, max_score, _ = got[grade_id]
+        if name == "untouched":
+            expected = 0
+        else:
+            expected = 0 if ck.answer_of(grade_id, answer_ids) in wrong else max_score
+        assert score == expected, f"{lesson}/{name}: test cell {grade_id} scored {score}, expected {expected}"
+    for cell in ck.nbgrader_cells(source, "written"):
+        score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
+        if name == "untouched":
+            assert score == 0 and not needs_manual, "an unanswered written question scores 0 by itself"
+        else:
+            assert needs_manual, "a written answer waits for the instructor"
+
+    graded = course / "autograded" / name / lesson / ck.solution_path(lesson).name
+    if name == "solution":
+        text = "\n".join(
+            str(output.get("text", "")) for cell in nbformat.read(graded, 4).cells for output in cell.get("outputs", [])
+        )
+        assert not CELL_WARNING.search(text), f"a solution cell warns: {CELL_WARNING.search(text).group(0)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_nbgrader_validate_passes_the_solution(lesson, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
+    result = ck.nbgrader(tmp_path, "validate", str(ck.solution_path(lesson)), check=False)
+    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_nbgrader_validate_fails_the_untouched_notebook(lesson, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
+    result = ck.nbgrader(tmp_path, "validate", "--invert", str(ck.student_path(lesson)), check=False)
+    assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout + result.stderr

@@ -1,0 +1,68 @@
+"""gpucourse: the helper package of the course "GPUs for Machine Learning".
+
+One module per concept:
+
+========== ==========================================================
+device     choose the device (with a clear CPU fallback) and its facts
+sizing     scale a lesson's work to the device
+timing     correct timing on CPU and GPU (warm-up, sync, median)
+seed       one call seeds Python, NumPy, PyTorch and TensorFlow
+data       the course's deterministic image set (memory or JPEG tree)
+models     the course's small CNN
+frameworks TensorFlow and DALI, imported only when a lesson asks
+plots      the few plots several lessons share
+notebook   what every lesson's set-up cell does (seed, friendly errors)
+doctor     ``python -m gpucourse doctor``: the environment report
+========== ==========================================================
+
+Importing ``gpucourse`` is cheap and never imports PyTorch, TensorFlow or
+DALI: names are loaded on first use, so ``python -m gpucourse doctor`` can
+report a broken install instead of crashing on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "choose_device": "device",
+    "device_facts": "device",
+    "DeviceError": "device",
+    "GPURequiredError": "device",
+    "is_colab": "device",
+    "workload": "sizing",
+    "is_grading": "sizing",
+    "benchmark": "timing",
+    "Timing": "timing",
+    "set_seed": "seed",
+    "make_shapes": "data",
+    "shapes_dataset": "data",
+    "write_image_folder": "data",
+    "CLASSES": "data",
+    "SmallCNN": "models",
+    "setup_notebook": "notebook",
+    "import_tensorflow": "frameworks",
+    "import_dali": "frameworks",
+    "tf_grow_memory": "frameworks",
+}
+
+_MODULES = {"device", "sizing", "timing", "seed", "data", "models", "frameworks", "plots", "notebook", "doctor"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:  # gpucourse.plots, gpucourse.doctor, ...
+        return importlib.import_module(f"gpucourse.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpucourse' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gpucourse.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,29 @@
+"""``python -m gpucourse <command>``: the course's command line."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: python -m gpucourse <command> [options]
+
+commands:
+  doctor [--json]   the environment report to paste into a bug, with a diagnosis
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor(rest)
+    print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The course's own image set: coloured shapes on noisy backgrounds.
+
+Nothing is downloaded. ``make_shapes`` draws the images deterministically
+from a seed; ``shapes_dataset`` wraps them as a PyTorch dataset in memory;
+``write_image_folder`` writes them as real JPEG files in an ImageFolder tree
+(``root/<class>/<n>.jpg``) for the input-pipeline lessons. A small CNN
+learns them in seconds on a CPU, yet they are not trivial: colour, size,
+position and rotation vary and the background is noise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+CLASSES = ("circle", "square", "triangle", "cross")
+_VERSION = 1  # bump when the drawing changes, so caches are rebuilt
+
+
+def data_dir() -> Path:
+    """Where generated data lives: ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``."""
+    return Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
+
+
+def _polygon(cx, cy, r, sides, angle):
+    return [
+        (cx + r * math.cos(angle + 2 * math.pi * k / sides), cy + r * math.sin(angle + 2 * math.pi * k / sides))
+        for k in range(sides)
+    ]
+
+
+def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
+    from PIL import Image, ImageDraw
+
+    background = rng.integers(0, 256, 3)
+    pixels = background + rng.normal(0, 40, (size, size, 3))
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    colour = tuple(int(c) for c in (background + 128 + rng.integers(-48, 48, 3)) % 256)
+    r = size * rng.uniform(0.18, 0.32)
+    cx, cy = rng.uniform(r + 1, size - r - 1, 2)
+    angle = rng.uniform(0, 2 * math.pi)
+    draw = ImageDraw.Draw(image)
+    shape = CLASSES[label]
+    if shape == "circle":
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
+    elif shape == "square":
+        draw.polygon(_polygon(cx, cy, r * 1.2, 4, angle), fill=colour)
+    elif shape == "triangle":
+        draw.polygon(_polygon(cx, cy, r * 1.3, 3, angle), fill=colour)
+    else:  # cross: two bars
+        for turn in (0, math.pi / 2):
+            a = angle + turn
+            dx, dy = r * 1.2 * math.cos(a), r * 1.2 * math.sin(a)
+            draw.line([cx - dx, cy - dy, cx + dx, cy + dy], fill=colour, width=max(2, int(r / 2.5)))
+    return np.asarray(image)
+
+
+def make_shapes(n: int, *, image_size: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` images (uint8, N x H x W x 3) and labels (int64), balanced over ``CLASSES``."""
+    if n < 1 or image_size < 8:
+        raise ValueError(f"need n >= 1 and image_size >= 8, got n={n}, image_size={image_size}")
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % len(CLASSES)).astype(np.int64)
+    images = np.stack([_draw(rng, int(label), image_size) for label in labels])
+    return images, labels
+
+
+def shapes_dataset(n: int, *, image_size: int = 32, seed: int = 0):
+    """The shapes as a ``TensorDataset`` of float images in [0, 1] (N x 3 x H x W) and labels."""
+    import torch
+
+    images, labels = make_shapes(n, image_size=image_size, seed=seed)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255)
+    return torch.utils.data.TensorDataset(x, torch.from_numpy(labels))
+
+
+def write_image_folder(
+    root: str | os.PathLike | None = None, *, n_per_class: int = 64, image_size: int = 64, seed: int = 0, quality: int = 90
+) -> Path:
+    """Write the shapes as JPEG files in ``root/<class>/<n>.jpg`` and return ``root``.
+
+    Cached: a tree written before with the same parameters is reused. Safe to
+    call twice, even from two processes: the tree is written next to ``root``
+    and moved into place in one step.
+    """
+    from PIL import Image
+
+    params = {"version": _VERSION, "n_per_class": n_per_class, "image_size": image_size, "seed": seed, "quality": quality}
+    if root is None:
+        root = data_dir() / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}"
+    root = Path(root)
+    manifest = root / "manifest.json"
+    if manifest.exists() and json.loads(manifest.read_text()) == params:
+        return root
+    images, labels = make_shapes(n_per_class * len(CLASSES), image_size=image_size, seed=seed)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    counts = dict.fromkeys(CLASSES, 0)
+    for image, label in zip(images, labels):
+        name = CLASSES[label]
+        (staging / name).mkdir(exist_ok=True)
+        Image.fromarray(image).save(staging / name / f"{counts[name]:05d}.jpg", quality=quality)
+        counts[name] += 1
+    (staging / "manifest.json").write_text(json.dumps(params))
+    if root.exists():
+        shutil.rmtree(root, ignore_errors=True)
+    try:
+        staging.rename(root)
+    except OSError:  # another process won the race and wrote the same tree
+        shutil.rmtree(staging, ignore_errors=True)
+    return root

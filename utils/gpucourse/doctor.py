@@ -1,0 +1,325 @@
+"""``python -m gpucourse doctor``: the environment report a learner pastes into a bug.
+
+``collect()`` gathers facts (the NVIDIA driver through nvidia-ml-py, each
+framework's build and what it sees), ``diagnose(facts)`` turns them into
+findings with a fix, and ``main`` prints both. Every probe catches its own
+failure, so a broken install is reported, never a crash. The exit status is
+1 when an installed framework cannot see a GPU that the driver sees (or fails
+to import), else 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+
+from . import __version__
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "ok", "info", "warning" or "error"
+    problem: str
+    fix: str = ""
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _package_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _cuda_version(number: int) -> str:
+    """NVML's 12040 -> '12.4'."""
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def probe_driver() -> dict:
+    facts = {"found": False, "version": None, "cuda": None, "gpus": [], "error": None}
+    try:
+        import pynvml
+    except ImportError as exc:
+        facts["error"] = f"nvidia-ml-py is not installed ({_error(exc)})"
+        return facts
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        facts["error"] = _error(exc)
+        return facts
+    try:
+        facts["found"] = True
+        version = pynvml.nvmlSystemGetDriverVersion()
+        facts["version"] = version.decode() if isinstance(version, bytes) else version
+        facts["cuda"] = _cuda_version(pynvml.nvmlSystemGetCudaDriverVersion())
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            facts["gpus"].append(
+                {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+                    "compute_capability": f"{major}.{minor}",
+                }
+            )
+    except Exception as exc:
+        facts["error"] = _error(exc)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return facts
+
+
+def probe_torch() -> dict:
+    facts = {"installed": False, "version": _package_version("torch"), "error": None}
+    if facts["version"] is None:
+        return facts
+    facts["installed"] = True
+    try:
+        import torch
+
+        facts.update(
+            version=torch.__version__,
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            cuda_available=torch.cuda.is_available(),
+            devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        )
+        if facts["cuda"] and not facts["cuda_available"]:
+            try:
+                torch.cuda.init()
+            except Exception as exc:
+                facts["cuda_error"] = _error(exc)
+    except Exception as exc:
+        facts["error"] = _error(exc)
+    return facts
+
+
+def probe_tensorflow() -> dict:
+    facts = {"installed": False, "version": _package_version("tensorflow", "tensorflow-cpu"), "error": None}
+    if facts["version"] is None:
+        return facts
+    facts["installed"] = True
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+
+        build = dict(tf.sysconfig.get_build_info())
+        facts.update(
+            version=tf.__version__,
+            is_cuda_build=bool(build.get("is_cuda_build")),
+            cuda=build.get("cuda_version"),
+            cudnn=build.get("cudnn_version"),
+            gpus=len(tf.config.list_physical_devices("GPU")),
+        )
+    except Exception as exc:
+        facts["error"] = _error(exc)
+    return facts
+
+
+def probe_dali() -> dict:
+    facts = {"installed": False, "version": _package_version("nvidia-dali-cuda120", "nvidia-dali-cuda130"), "error": None}
+    if facts["version"] is None:
+        return facts
+    facts["installed"] = True
+    try:
+        dali = importlib.import_module("nvidia.dali")
+        facts["version"] = dali.__version__
+    except Exception as exc:
+        facts["error"] = _error(exc)
+    return facts
+
+
+def collect() -> dict:
+    """Every fact the diagnosis needs; each probe reports its own failure."""
+    facts = {
+        "gpucourse": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "colab": "google.colab" in sys.modules,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    for name, probe in (("driver", probe_driver), ("torch", probe_torch), ("tensorflow", probe_tensorflow), ("dali", probe_dali)):
+        try:
+            facts[name] = probe()
+        except Exception as exc:  # a probe's own bug must not hide the others
+            facts[name] = {"installed": False, "found": False, "error": _error(exc)}
+    return facts
+
+
+def _version_tuple(text) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def diagnose(facts: dict) -> list[Finding]:
+    """Plain findings, each with the fix, from the facts of ``collect()``."""
+    findings: list[Finding] = []
+    driver, torch_, tf, dali = (facts.get(k) or {} for k in ("driver", "torch", "tensorflow", "dali"))
+    gpus = len(driver.get("gpus") or [])
+    visible = facts.get("cuda_visible_devices")
+    hidden = visible is not None and visible.strip() in {"", "-1"}
+
+    if not driver.get("found"):
+        findings.append(Finding(
+            "info",
+            f"No NVIDIA driver found ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU here.",
+            "For a GPU: on Colab choose Runtime > Change runtime type > a GPU; on your own machine install "
+            "NVIDIA's driver until `nvidia-smi` lists the card.",
+        ))
+    elif gpus == 0:
+        findings.append(Finding("warning", "The NVIDIA driver is loaded but lists no GPU.", "Check `nvidia-smi`."))
+
+    if hidden:
+        findings.append(Finding(
+            "error" if gpus else "warning",
+            f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from every framework"
+            + (f" (the driver sees {gpus})." if gpus else "."),
+            "Unset it (`unset CUDA_VISIBLE_DEVICES`, or `del os.environ['CUDA_VISIBLE_DEVICES']` before importing "
+            "torch) or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0.",
+        ))
+
+    for name, label, framework in (("torch", "PyTorch", torch_), ("tensorflow", "TensorFlow", tf), ("dali", "DALI", dali)):
+        if not framework.get("installed"):
+            findings.append(Finding(
+                "info",
+                f"{label} is not installed: its cells are skipped.",
+                "`make lab` (or `pip install -e '.[course]'`) installs the course environment.",
+            ))
+        elif framework.get("error"):
+            findings.append(Finding(
+                "error",
+                f"{label} is installed but fails to import: {framework['error']}",
+                f"Reinstall it: `pip install --force-reinstall {name if name != 'dali' else 'nvidia-dali-cuda120'}"
+                f"=={framework.get('version')}`.",
+            ))
+
+    if torch_.get("installed") and not torch_.get("error") and gpus and not hidden:
+        build = torch_.get("cuda")
+        if not build:
+            findings.append(Finding(
+                "error",
+                f"PyTorch {torch_.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
+                f"Install a CUDA build: pick CUDA {driver.get('cuda')} or older at https://pytorch.org/get-started/locally/ "
+                "and run the pip command it gives.",
+            ))
+        elif not torch_.get("cuda_available"):
+            if _version_tuple(driver.get("cuda")) < _version_tuple(build):
+                findings.append(Finding(
+                    "error",
+                    f"The NVIDIA driver {driver.get('version')} supports CUDA up to {driver.get('cuda')}, "
+                    f"older than the CUDA {build} this PyTorch was built with.",
+                    f"Update the NVIDIA driver to one for CUDA {build} or newer, or install a PyTorch built for "
+                    f"CUDA {driver.get('cuda')} or older.",
+                ))
+            else:
+                findings.append(Finding(
+                    "error",
+                    f"PyTorch (CUDA {build}) cannot use the {gpus} GPU(s) the driver sees: "
+                    f"{torch_.get('cuda_error') or 'torch.cuda.is_available() is False'}.",
+                    "Read the error above; `nvidia-smi` must work, and the GPU must not be held in exclusive mode.",
+                ))
+        else:
+            findings.append(Finding("ok", f"PyTorch sees {len(torch_.get('devices') or [])} GPU(s): "
+                                    + ", ".join(torch_.get("devices") or []) + "."))
+
+    if tf.get("installed") and not tf.get("error") and gpus and not hidden:
+        if not tf.get("gpus"):
+            if tf.get("is_cuda_build"):
+                findings.append(Finding(
+                    "error",
+                    f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: "
+                    "its CUDA libraries are missing.",
+                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` installs them (Linux).",
+                ))
+            else:
+                findings.append(Finding(
+                    "error",
+                    f"TensorFlow {tf.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
+                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` (Linux; on Windows use WSL2).",
+                ))
+        else:
+            findings.append(Finding("ok", f"TensorFlow sees {tf['gpus']} GPU(s)."))
+
+    if not any(f.level in {"error", "warning"} for f in findings):
+        findings.append(Finding("ok", "Nothing is wrong: the course will use " + ("the GPU." if gpus else "the CPU.")))
+    return findings
+
+
+def exit_status(findings: list[Finding]) -> int:
+    return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def _framework_line(label: str, facts: dict) -> str:
+    if not facts.get("installed"):
+        return f"{label}: not installed"
+    if facts.get("error"):
+        return f"{label} {facts.get('version')}: FAILS TO IMPORT ({facts['error']})"
+    parts = [f"{label} {facts.get('version')}"]
+    if "cuda" in facts:
+        parts.append(f"built for CUDA {facts['cuda']}" if facts.get("cuda") else "CPU-only build")
+    if facts.get("cudnn"):
+        parts.append(f"cuDNN {facts['cudnn']}")
+    if "devices" in facts:
+        parts.append(f"sees {len(facts['devices'])} GPU(s)")
+    elif "gpus" in facts:
+        parts.append(f"sees {facts['gpus']} GPU(s)")
+    return ", ".join(parts)
+
+
+def render(facts: dict, findings: list[Finding]) -> str:
+    driver = facts.get("driver") or {}
+    visible = facts.get("cuda_visible_devices")
+    lines = [
+        f"gpucourse {facts.get('gpucourse')} environment report",
+        f"  Python {facts.get('python')} on {facts.get('platform')}" + (" (Colab)" if facts.get("colab") else ""),
+        "  CUDA_VISIBLE_DEVICES: " + ("(unset)" if visible is None else repr(visible)),
+    ]
+    if driver.get("found"):
+        lines.append(f"  NVIDIA driver {driver.get('version')}, supports CUDA up to {driver.get('cuda')}")
+        for gpu in driver.get("gpus") or []:
+            lines.append(
+                f"    GPU {gpu['index']}: {gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['compute_capability']}"
+            )
+    else:
+        lines.append(f"  NVIDIA driver: not found ({driver.get('error')})")
+    lines += ["  " + _framework_line(label, facts.get(key) or {}) for key, label in
+              (("torch", "PyTorch"), ("tensorflow", "TensorFlow"), ("dali", "DALI"))]
+    lines.append("Diagnosis:")
+    for finding in findings:
+        lines.append(f"  [{finding.level}] {finding.problem}")
+        if finding.fix:
+            lines.append(f"      fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gpucourse doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the facts and findings as JSON")
+    args = parser.parse_args(argv)
+    facts = collect()
+    findings = diagnose(facts)
+    if args.json:
+        print(json.dumps({"facts": facts, "findings": [asdict(f) for f in findings]}, indent=2, default=str))
+    else:
+        print(render(facts, findings))
+    return exit_status(findings)

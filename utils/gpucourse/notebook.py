@@ -1,0 +1,39 @@
+"""What every lesson's set-up cell does inside Jupyter.
+
+``setup_notebook()`` seeds everything and installs friendlier messages for
+the two errors learners meet most: a name from a cell they have not run yet
+(the notebook was run out of order) and an exercise not answered yet. The
+error stays an error (nbgrader still sees a failing cell); it just opens
+with a sentence that says what to do.
+"""
+
+from __future__ import annotations
+
+HINTS = {
+    NameError: "{value}. It is defined in an earlier cell that has not run in this kernel: "
+    "run the notebook from the top (Run > Run All Above Selected Cell), then this cell again.",
+    NotImplementedError: "An exercise is not answered yet: replace `raise NotImplementedError()` "
+    "in its answer cell with your code, run that cell, then this one.",
+}
+
+
+def _handler(shell, etype, value, tb, tb_offset=None):
+    hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
+    stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    if hint is None:
+        return stb
+    return [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
+
+
+def setup_notebook(seed: int = 0) -> None:
+    """Seed every generator and, inside IPython, install the friendly error hints."""
+    from .seed import set_seed
+
+    set_seed(seed)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.set_custom_exc(tuple(HINTS), _handler)
