@@ -7,12 +7,14 @@ PORT   ?= 8888
 JOBS   ?= 2
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: lab test test-fast doctor notebooks pins lint clean help
+.PHONY: lab test test-fast test-gpu doctor notebooks pins lint clean help
 
 help:
 	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/"
 	@echo "make test       set up .venv if needed, run the whole CPU suite"
 	@echo "make test-fast  helper unit tests and hygiene only (seconds)"
+	@echo "make test-gpu   on a CUDA machine: solutions under nbval with GPUCOURSE_REQUIRE_GPU=1, gpu tests, bench;"
+	@echo "                report in test-artifacts/ (stops at once, saying why, where there is no usable GPU)"
 	@echo "make doctor     the environment report (paste it into bug reports)"
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
 	@echo "make pins       regenerate environment.yml and binder/ from pyproject.toml"
@@ -28,10 +30,17 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not gpu" tests solutions --nbval-lax
+	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow" tests
+
+# The GPU runner (tools/test_gpu.py). The quick CUDA check needs only the standard library, so a machine
+# without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
+test-gpu:
+	@$(PYTHON) tools/test_gpu.py --preflight
+	@$(MAKE) --no-print-directory $(STAMP)
+	$(BIN)/python tools/test_gpu.py $(GPU_ARGS)
 
 doctor: $(STAMP)
 	@$(BIN)/python -m gpucourse doctor

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -75,7 +75,7 @@ def fixtures(lesson: str | None = None) -> list[Fixture]:
     found = []
     for path in sorted(FIXTURES.glob(f"{lesson or '*'}/*.py")):
         parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
-        answers = {grade_id: source.strip("\n") for grade_id, source in zip(parts[1::2], parts[2::2])}
+        answers = {grade_id: source.strip("\n") for grade_id, source in zip(parts[1::2], parts[2::2], strict=True)}
         found.append(Fixture(path.parent.name, path.stem, answers))
     return found
 

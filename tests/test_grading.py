@@ -13,10 +13,9 @@ from __future__ import annotations
 import filecmp
 import re
 
+import coursekit as ck
 import nbformat
 import pytest
-
-import coursekit as ck
 
 LESSONS = ck.lessons()
 SUBMISSIONS = [(lesson, "solution") for lesson in LESSONS] + [(lesson, "untouched") for lesson in LESSONS]

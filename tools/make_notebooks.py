@@ -65,6 +65,12 @@ def _committed(path: Path) -> bytes | None:
     return result.stdout if result.returncode == 0 else None
 
 
+def _edited(path: Path) -> bool:
+    """True when ``path`` differs from its committed version (a file git does not know is not a learner's)."""
+    committed = _committed(path)
+    return committed is not None and path.read_bytes() != committed
+
+
 def sync(generated: Path, target: Path) -> list[Path]:
     """Copy generated notebooks into ``target``, backing up any with changes of their own."""
     saved = []
@@ -73,7 +79,7 @@ def sync(generated: Path, target: Path) -> list[Path]:
         if not new.is_file():
             continue
         old = target / new.relative_to(generated)
-        if old.exists() and not filecmp.cmp(old, new, shallow=False) and old.read_bytes() != _committed(old):
+        if old.exists() and not filecmp.cmp(old, new, shallow=False) and _edited(old):
             backup = ROOT / "backups" / stamp / old.relative_to(ROOT)
             backup.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(old, backup)
@@ -92,12 +98,13 @@ def refresh_checked(notebook: Path) -> int:
     executed = nbformat.read(notebook, as_version=4)
     NotebookClient(executed, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(notebook.parent)}}).execute()
     kept = 0
-    for cell, ran in zip(nb.cells, executed.cells):
+    for cell, ran in zip(nb.cells, executed.cells, strict=True):
         if cell.cell_type != "code":
             continue
         checked = CHECKED in cell.metadata.get("tags", [])
         cell.outputs = ran.outputs if checked else []
-        cell.execution_count = None
+        # nbval refuses a reference cell with outputs but no execution count.
+        cell.execution_count = ran.execution_count if checked else None
         kept += checked
     nbformat.write(nb, notebook)
     return kept

@@ -11,8 +11,9 @@ committed ones differ from what this script would write.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = "3.11"

@@ -23,6 +23,7 @@ report a broken install instead of crashing on it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -48,16 +49,15 @@ _EXPORTS = {
     "tf_grow_memory": "frameworks",
 }
 
-_MODULES = {"device", "sizing", "timing", "seed", "data", "models", "frameworks", "plots", "notebook", "doctor"}
-
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name in _MODULES:  # gpucourse.plots, gpucourse.doctor, ...
-        return importlib.import_module(f"gpucourse.{name}")
     module = _EXPORTS.get(name)
     if module is None:
+        if not name.startswith("_") and importlib.util.find_spec(f"gpucourse.{name}") is not None:
+            return importlib.import_module(f"gpucourse.{name}")  # a module: gpucourse.plots, gpucourse.doctor
+
         raise AttributeError(f"module 'gpucourse' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"gpucourse.{module}"), name)
     globals()[name] = value

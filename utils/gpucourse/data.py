@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 CLASSES = ("circle", "square", "triangle", "cross")
-_VERSION = 1  # bump when the drawing changes, so caches are rebuilt
+_VERSION = 2  # bump when the drawing changes, so caches are rebuilt
 
 
 def data_dir() -> Path:
@@ -39,18 +39,18 @@ def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
     from PIL import Image, ImageDraw
 
     background = rng.integers(0, 256, 3)
-    pixels = background + rng.normal(0, 40, (size, size, 3))
+    pixels = background + rng.normal(0, 24, (size, size, 3))
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     colour = tuple(int(c) for c in (background + 128 + rng.integers(-48, 48, 3)) % 256)
-    r = size * rng.uniform(0.18, 0.32)
+    r = size * rng.uniform(0.22, 0.34)
     cx, cy = rng.uniform(r + 1, size - r - 1, 2)
     angle = rng.uniform(0, 2 * math.pi)
     draw = ImageDraw.Draw(image)
     shape = CLASSES[label]
     if shape == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
-    elif shape == "square":
-        draw.polygon(_polygon(cx, cy, r * 1.2, 4, angle), fill=colour)
+    elif shape == "square":  # tilted by at most 20 degrees, so it never turns into a diamond
+        draw.polygon(_polygon(cx, cy, r * 1.3, 4, math.pi / 4 + (angle % 0.7) - 0.35), fill=colour)
     elif shape == "triangle":
         draw.polygon(_polygon(cx, cy, r * 1.3, 3, angle), fill=colour)
     else:  # cross: two bars
@@ -102,7 +102,7 @@ def write_image_folder(
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     counts = dict.fromkeys(CLASSES, 0)
-    for image, label in zip(images, labels):
+    for image, label in zip(images, labels, strict=True):
         name = CLASSES[label]
         (staging / name).mkdir(exist_ok=True)
         Image.fromarray(image).save(staging / name / f"{counts[name]:05d}.jpg", quality=quality)

@@ -18,11 +18,20 @@ HINTS = {
 
 
 def _handler(shell, etype, value, tb, tb_offset=None):
+    """IPython custom exception handler: the usual traceback plus one hint.
+
+    IPython leaves showing the error to the handler; ``_showtraceback`` is
+    what its own ``showtraceback`` calls, and in a Jupyter kernel it sends
+    the error message, so the cell still counts as failed.
+    """
     hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
+    if issubclass(etype, NotImplementedError) and str(value):
+        hint = None  # a library's own NotImplementedError ("Cannot copy out of meta tensor") says what it means
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-    if hint is None:
-        return stb
-    return [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
+    if hint is not None:
+        stb = [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
+    shell._showtraceback(etype, value, stb)
+    return stb
 
 
 def setup_notebook(seed: int = 0) -> None:

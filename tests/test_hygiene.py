@@ -1,0 +1,124 @@
+"""Every lesson has the course's shape; student notebooks ship clean; the README tells the truth."""
+
+from __future__ import annotations
+
+import re
+
+import coursekit as ck
+import nbformat
+import pytest
+
+LESSONS = ck.lessons()
+README = (ck.ROOT / "README.md").read_text()
+
+
+def badge_urls(lesson: str) -> tuple[str, str]:
+    repo = ck.repository_url().removeprefix("https://github.com/")
+    path = f"notebooks/{lesson}/{ck.solution_path(lesson).name}"
+    return (f"https://colab.research.google.com/github/{repo}/blob/main/{path}",
+            f"https://mybinder.org/v2/gh/{repo}/main?urlpath=lab/tree/{path}")
+
+
+def test_lesson_folders_are_numbered_topics():
+    for lesson in LESSONS:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+", lesson), lesson
+        assert ck.solution_path(lesson).stem == lesson[3:], "the notebook is named after its topic, without the number"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("kind", ["solutions", "notebooks"])
+def test_notebook_is_valid_with_the_python3_kernel(lesson, kind):
+    path = ck.solution_path(lesson) if kind == "solutions" else ck.student_path(lesson)
+    nb = ck.read(path)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4 and nb.nbformat_minor >= 5 and all(cell.get("id") for cell in nb.cells)
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_student_notebook_is_clean(lesson):
+    nb = ck.read(ck.student_path(lesson))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{lesson}: student notebooks carry no outputs"
+        assert "BEGIN SOLUTION" not in cell.source and "BEGIN HIDDEN TESTS" not in cell.source
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_keeps_only_checked_outputs(lesson):
+    for cell in ck.read(ck.solution_path(lesson)).cells:
+        if cell.cell_type == "code" and ck.CHECKED not in cell.metadata.get("tags", []):
+            assert not cell.outputs, f"{lesson}: only cells tagged {ck.CHECKED} keep outputs in solutions/"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lesson_opens_like_every_lesson(lesson):
+    nb = ck.read(ck.solution_path(lesson))
+    intro = nb.cells[0].source
+    assert nb.cells[0].cell_type == "markdown" and intro.startswith("# ")
+    title = intro.splitlines()[0]
+    assert not re.match(r"#\s*(Lesson\s*)?\d", title), "the lesson number lives only in the folder name"
+    for needle in ("**What you will learn**", "**Prerequisites**", "**Time**", *badge_urls(lesson)):
+        assert needle in intro, f"{lesson}: the first cell needs {needle}"
+    assert any(c.cell_type == "markdown" and c.source.startswith("## Recap") for c in nb.cells), "end with a recap"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_setup_cell_is_the_course_one(lesson):
+    nb = ck.read(ck.solution_path(lesson))
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    assert f'COURSE_REPO = "{ck.repository_url()}"' in setup.source, "the Colab install names the repository"
+    for needle in ('"google.colab" in sys.modules', "gpucourse.setup_notebook(", "device = gpucourse.choose_device()"):
+        assert needle in setup.source
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_exercises_follow_the_conventions(lesson):
+    nb = ck.read(ck.solution_path(lesson))
+    answers = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(nb, "answer")]
+    tests = ck.nbgrader_cells(nb, "test")
+    written = ck.nbgrader_cells(nb, "written")
+    assert 3 <= len(answers) + len(written) <= 6, "3 to 6 exercises"
+    assert written, "at least one written answer, graded by hand"
+    graded = {ck.answer_of(t.metadata.nbgrader.grade_id, answers) for t in tests}
+    assert None not in graded, "test cells are named test_<answer id>"
+    assert graded == set(answers), "every answer cell has a test cell"
+    for cell in tests + written:
+        assert cell.metadata.nbgrader.get("points", 0) > 0
+    for cell in tests:
+        assert "### BEGIN HIDDEN TESTS" in cell.source, f"{cell.metadata.nbgrader.grade_id} needs hidden tests"
+        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+        assert "assert" in visible, "learners get visible tests too"
+
+
+def _cell_lengths(nb):
+    return sorted(len(c.source.splitlines()) for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_cells_are_short(lesson):
+    lengths = _cell_lengths(ck.read(ck.student_path(lesson)))
+    assert lengths[len(lengths) // 2] <= 6, "a median of about five lines a code cell"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_deprecated_api(lesson):
+    code = "\n".join(c.source for c in ck.read(ck.solution_path(lesson)).cells if c.cell_type == "code")
+    for old in ("torch.cuda.amp.", "tensorflow-gpu", "tf.compat.v1", "torch.cuda.OutOfMemoryError"):
+        assert old not in code, f"{lesson} uses {old}: use the current API"
+
+
+def test_readme_table_lists_every_lesson():
+    rows = [line for line in README.splitlines() if re.match(r"\|\s*\d\d\s*\|", line)]
+    assert [re.match(r"\|\s*(\d\d)", row).group(1) for row in rows] == [lesson[:2] for lesson in LESSONS]
+    for lesson, row in zip(LESSONS, rows, strict=True):
+        title = ck.read(ck.solution_path(lesson)).cells[0].source.splitlines()[0].removeprefix("# ")
+        assert f"[{title}](notebooks/{lesson}/{ck.solution_path(lesson).name})" in row
+        assert f"(solutions/{lesson}/{ck.solution_path(lesson).name})" in row, "link the solution too"
+        colab, binder = badge_urls(lesson)
+        assert colab in row and binder in row
+
+
+def test_readme_starts_with_the_two_commands():
+    head = README[: README.find("## ", README.find("## ") + 1)]
+    assert "make lab" in head and "make test" in head
