@@ -1,0 +1,157 @@
+"""gpucourse.loaders: the JPEG dataset, worker counts, the wait-vs-compute measurement, spawn safety."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import gpucourse
+from gpucourse import loaders
+from gpucourse.data import CLASSES
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return gpucourse.write_image_folder(tmp_path_factory.mktemp("jpeg") / "shapes", n_per_class=3, image_size=16)
+
+
+def test_image_files_match_image_folder(root):
+    paths, labels, classes = loaders.image_files(root)
+    dataset = loaders.jpeg_dataset(root)
+    assert classes == sorted(CLASSES) == dataset.classes
+    assert [(p, label) for p, label in zip(paths, labels, strict=True)] == [(p, label) for p, label in dataset.samples]
+    assert len(paths) == 12 and sorted(set(labels)) == [0, 1, 2, 3]
+
+
+def test_dataset_items_are_float_images_in_unit_range(root):
+    image, label = loaders.jpeg_dataset(root)[5]
+    assert image.shape == (3, 16, 16) and image.dtype == torch.float32 and isinstance(label, int)
+    assert 0 <= float(image.min()) and float(image.max()) <= 1 and float(image.max()) > 0.2
+    resized, _ = loaders.jpeg_dataset(root, image_size=24)[5]
+    assert resized.shape == (3, 24, 24)
+
+
+def test_a_wrong_root_is_explained(tmp_path):
+    with pytest.raises(FileNotFoundError, match="write_image_folder"):
+        loaders.jpeg_dataset(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="no class folders"):
+        loaders.image_files(tmp_path)
+
+
+def test_num_workers_caps_at_the_cores_with_a_message(monkeypatch, capsys):
+    monkeypatch.setattr(loaders, "available_cores", lambda: 4)
+    assert loaders.num_workers() == 3, "by default one core stays with the training loop"
+    assert loaders.num_workers(2) == 2 and loaders.num_workers(0) == 0
+    assert capsys.readouterr().out == ""
+    assert loaders.num_workers(64) == 4
+    assert "64 DataLoader workers" in capsys.readouterr().out
+    assert loaders.num_workers(64, verbose=False) == 4 and capsys.readouterr().out == ""
+    monkeypatch.setattr(loaders, "available_cores", lambda: 1)
+    assert loaders.num_workers() == 0, "a single core: load in the main process"
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="num_workers"):
+            loaders.num_workers(bad)
+
+
+def test_available_cores_is_positive():
+    assert 1 <= loaders.available_cores() <= (__import__("os").cpu_count() or 1)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_measure_splits_waiting_from_computing(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(loaders.time, "perf_counter", clock)
+
+    def slow_batches():
+        for _ in range(6):
+            clock.now += 3.0  # the loader takes 3 s per batch
+            yield torch.zeros(5, 2), torch.zeros(5)
+
+    def step(batch):
+        clock.now += 1.0  # the step takes 1 s
+
+    stats = loaders.measure(slow_batches(), step, label="slow")
+    assert (stats.batches, stats.samples) == (5, 25), "the warm-up batch is not counted"
+    assert stats.wait_s == 15.0 and stats.compute_s == 5.0 and stats.startup_s == 4.0
+    assert stats.wait_fraction == 0.75 and stats.samples_per_s == 25 / 20
+    assert "75% of the time waiting" in str(stats) and stats.as_dict()["waiting %"] == 75.0
+    assert loaders.measure(slow_batches(), step, max_batches=2, warmup=0).batches == 2
+
+
+def test_measure_counts_samples_in_nested_batches():
+    batches = [{"image": torch.zeros(4, 3), "label": torch.zeros(4)}] * 3
+    assert loaders.measure(batches, lambda b: None, warmup=0).samples == 12
+    assert loaders.measure([[(torch.zeros(2, 1),)]] * 3, lambda b: None).samples == 4
+
+
+def test_measure_explains_empty_and_bad_input():
+    with pytest.raises(ValueError, match="warm-up"):
+        loaders.measure([], lambda b: None)
+    with pytest.raises(ValueError, match="only the warm-up"):
+        loaders.measure([torch.zeros(1, 1)], lambda b: None)
+    with pytest.raises(ValueError, match="max_batches"):
+        loaders.measure([torch.zeros(1, 1)] * 2, lambda b: None, max_batches=0)
+    with pytest.raises(TypeError, match="batch size"):
+        loaders.measure(["text", "more"], lambda b: None, warmup=0)
+
+
+def test_epochs_repeats_the_loader():
+    loader = torch.utils.data.DataLoader(list(range(6)), batch_size=4)
+    assert [len(b) for b in loaders.epochs(loader, 3)] == [4, 2] * 3
+
+
+def test_plot_stacks_waiting_on_computing():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    stats = [loaders.LoaderStats("a", 2, 8, 1.0, 3.0, 0.1), loaders.LoaderStats("b", 4, 16, 0.0, 2.0, 0.1)]
+    ax = loaders.plot(stats, device="test")
+    compute, wait = ax.containers
+    assert [bar.get_width() for bar in compute] == [1500.0, 500.0]
+    assert [bar.get_width() for bar in wait] == [500.0, 0.0] and wait[0].get_x() == 1500.0
+
+
+SPAWNED = """
+import torch
+from gpucourse import loaders
+
+dataset = loaders.jpeg_dataset({root!r})
+loader = torch.utils.data.DataLoader(
+    dataset, batch_size=4, num_workers=2, multiprocessing_context="spawn", timeout=60
+)
+seen = sum(len(labels) for _, labels in loader)
+print("seen", seen)
+"""
+
+
+@pytest.mark.slow  # three fresh Pythons import torch: tens of seconds on 2 busy cores
+def test_spawned_workers_finish_and_do_not_hang(root):
+    """Workers started with spawn (as on macOS, Windows, Python >= 3.14) get the dataset by pickling.
+
+    The code runs in `python -c`, like a notebook: no `if __name__ == "__main__"`
+    guard and no main file. It must finish, not hang, well within the timeout.
+    """
+    code = textwrap.dedent(SPAWNED.format(root=str(root)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "seen 12" in result.stdout
+
+
+def test_tf_decode_matches_the_files(root):
+    tf = gpucourse.import_tensorflow(verbose=False)
+    if tf is None:
+        pytest.skip("TensorFlow is not installed")
+    paths, labels, _ = loaders.image_files(root)
+    image, label = loaders.tf_decode_jpeg(16)(paths[7], labels[7])
+    assert image.shape == (16, 16, 3) and image.dtype == tf.float32 and int(label) == labels[7]
+    reference = loaders.jpeg_dataset(root)[7][0].permute(1, 2, 0).numpy()
+    assert abs(image.numpy() - reference).max() < 0.05, "TensorFlow and PIL decode the same pixels"
