@@ -11,8 +11,14 @@ data       the course's deterministic image set (memory or JPEG tree)
 models     the course's small CNN
 frameworks TensorFlow and DALI, imported only when a lesson asks
 plots      the few plots several lessons share
+transfer   host-to-device copies: pageable vs pinned, bandwidth sweeps
+loaders    DataLoader and tf.data pipelines over the course's JPEG files
+precision  number formats, the autocast dtype for a device, AMP steps
+memory     GPU memory: estimate, measure, cap, find the batch size
+launch     run ``torchrun`` from a notebook, with a timeout
 notebook   what every lesson's set-up cell does (seed, friendly errors)
 doctor     ``python -m gpucourse doctor``: the environment report
+bench      ``python -m gpucourse bench``: the machine's report card (matmul TFLOP/s, copy GB/s vs. peak)
 ========== ==========================================================
 
 Importing ``gpucourse`` is cheap and never imports PyTorch, TensorFlow or

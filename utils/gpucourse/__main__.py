@@ -8,6 +8,7 @@ USAGE = """usage: python -m gpucourse <command> [options]
 
 commands:
   doctor [--json]   the environment report to paste into a bug, with a diagnosis
+  bench [--json]    a report card of this machine: matmul TFLOP/s and copy GB/s beside the card's peaks
 """
 
 
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import main as doctor
 
         return doctor(rest)
+    if command == "bench":
+        from .bench import main as bench
+
+        return bench(rest)
     print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

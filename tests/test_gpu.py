@@ -1,0 +1,163 @@
+"""What only a GPU can answer: the helpers checked against CUDA's own numbers.
+
+Every test here is marked `gpu`: CPU runs deselect them (`-m "not gpu"`) and
+`make test-gpu` runs them with GPUCOURSE_REQUIRE_GPU=1, where a machine
+without a usable GPU is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from torch import nn
+
+import gpucourse
+from gpucourse import bench, doctor, memory, precision, transfer
+
+pytestmark = pytest.mark.gpu
+MiB, GiB = 2**20, 2**30
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    """The GPU. Without one: a skip, or in strict mode the GPURequiredError (a GPU runner must not skip)."""
+    device = gpucourse.choose_device(verbose=False)
+    if device.type != "cuda":
+        pytest.skip("needs a CUDA GPU")
+    return device
+
+
+def _event_seconds(fn, repeats: int = 15) -> float:
+    """Median seconds per call of ``fn``, timed by CUDA events around blocks of about 50 ms."""
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    inner = max(1, int(50 / start.elapsed_time(end)))  # elapsed_time is in milliseconds
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(times)
+
+
+def test_benchmark_agrees_with_cuda_events_on_a_large_matmul(cuda):
+    generator = torch.Generator(device=cuda).manual_seed(0)
+    a, b = (torch.randn(4096, 4096, device=cuda, generator=generator) for _ in range(2))
+    with precision.fp32_math("ieee"):
+        before = _event_seconds(lambda: torch.matmul(a, b))
+        timing = gpucourse.benchmark(torch.matmul, a, b, device=cuda, min_run_time=0.5, warmup=3)
+        after = _event_seconds(lambda: torch.matmul(a, b))
+    events = (before + after) / 2  # either side of the benchmark, so a clock change shows in both
+    assert timing.median == pytest.approx(events, rel=0.05), (
+        f"benchmark {timing.median * 1e3:.3f} ms vs CUDA events {before * 1e3:.3f} / {after * 1e3:.3f} ms"
+    )
+
+
+def test_peak_memory_matches_the_allocator(cuda):
+    def step():
+        big = torch.empty(256 * MiB, dtype=torch.uint8, device=cuda)
+        small = torch.empty(64 * MiB, dtype=torch.uint8, device=cuda)
+        del big, small
+
+    kept = torch.empty(32 * MiB, dtype=torch.uint8, device=cuda)  # allocated before: not part of the peak
+    peak = memory.peak_memory(step, cuda)
+    assert peak.bytes == 320 * MiB, peak
+    assert torch.cuda.max_memory_allocated(cuda) - torch.cuda.memory_allocated(cuda) == 320 * MiB
+    reading = memory.cuda_reading(cuda)
+    assert reading.allocated == torch.cuda.memory_allocated(cuda) >= kept.numel()
+    assert reading.reserved == torch.cuda.memory_reserved(cuda) >= reading.allocated
+    assert reading.peak == torch.cuda.max_memory_allocated(cuda)
+
+
+def test_saved_tensor_meter_matches_the_allocator(cuda):
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).to(cuda)
+    x = torch.randn(4096, 1024, device=cuda)
+    model(x).sum().backward()  # warm-up: cuBLAS takes its workspace from the allocator once
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(cuda)
+    before = torch.cuda.memory_allocated(cuda)
+    with memory.SavedTensorMeter(exclude=[x]) as meter:
+        out = model(x)
+    torch.cuda.synchronize(cuda)
+    grown = torch.cuda.memory_allocated(cuda) - before
+    assert meter.live == 4096 * 4096 * 4, "the ReLU output, saved once for ReLU and the second Linear"
+    assert grown == pytest.approx(meter.live + out.numel() * 4, abs=MiB), "what autograd keeps, plus the output"
+    del out
+
+
+def test_the_memory_cap_raises_and_recovery_returns_to_baseline(cuda):
+    memory.free_memory(cuda)
+    baseline = torch.cuda.memory_allocated(cuda)
+    total = torch.cuda.get_device_properties(cuda).total_memory
+    cap = GiB + torch.cuda.memory_reserved(cuda)
+
+    def try_batch(batch_size):
+        activations = torch.empty(batch_size * 16 * MiB, dtype=torch.uint8, device=cuda)
+        return activations.sum()
+
+    try:
+        assert memory.cap_memory(cap, cuda) == pytest.approx(cap / total)
+        fits = torch.empty(256 * MiB, dtype=torch.uint8, device=cuda)
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(2 * GiB, dtype=torch.uint8, device=cuda)
+        del fits
+        result = memory.find_batch_size(try_batch, start=4, limit=1024, device=cuda)
+        assert result.first_failing is not None and result.largest * 16 * MiB <= cap
+        assert result.largest >= 32, f"about {cap // (16 * MiB)} batches fit under the cap: {result}"
+    finally:
+        memory.cap_memory(None, cuda)
+    memory.free_memory(cuda)
+    assert torch.cuda.memory_allocated(cuda) == baseline, "every try was freed"
+    assert torch.empty(2 * GiB, dtype=torch.uint8, device=cuda).numel() == 2 * GiB, "the cap is lifted"
+
+
+def test_device_facts_agree_with_torch_and_the_driver(cuda):
+    facts = gpucourse.device_facts(cuda)
+    props = torch.cuda.get_device_properties(cuda)
+    assert facts.name == torch.cuda.get_device_name(cuda)
+    assert facts.compute_capability == torch.cuda.get_device_capability(cuda) == (props.major, props.minor)
+    assert facts.processors == props.multi_processor_count
+    assert facts.total_memory_gib == pytest.approx(props.total_memory / GiB, abs=0.01)
+    with torch.cuda.device(cuda):
+        assert facts.bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
+    assert facts.tf32 == facts.bf16 == (facts.compute_capability >= (8, 0))
+    plan = precision.amp_plan(cuda)
+    assert plan.dtype == (torch.bfloat16 if facts.bf16 else torch.float16) and plan.use_scaler == (not facts.bf16)
+    with plan.autocast():
+        assert (torch.ones(8, 8, device=cuda) @ torch.ones(8, 8, device=cuda)).dtype == plan.dtype
+    driver = doctor.probe_driver()
+    capability = ".".join(map(str, facts.compute_capability))
+    assert any(g["name"] == facts.name and g["compute_capability"] == capability for g in driver["gpus"]), driver
+
+
+def test_pinned_host_memory_copies_faster_than_pageable(cuda):
+    pageable = transfer.time_copy(256 * MiB, cuda, mode="pageable", min_run_time=0.3)
+    pinned = transfer.time_copy(256 * MiB, cuda, mode="pinned", min_run_time=0.3)
+    assert pinned.gbps > pageable.gbps, f"pinned {pinned.gbps:.1f} GB/s vs pageable {pageable.gbps:.1f} GB/s"
+
+
+def test_bench_card_on_the_gpu(cuda):
+    facts = gpucourse.device_facts(cuda)
+    card = bench.measure(cuda, min_run_time=0.1)
+    rows = {row["key"]: row for row in card["rows"]}
+    assert card["gpu"] and card["name"] == facts.name
+    for key in ("fp32", "fp16", "d2d", "h2d_pageable", "h2d_pinned"):
+        assert rows[key]["value"] > 0, key
+    if facts.bf16:
+        assert rows["bf16"]["value"] > rows["fp32"]["value"], "bf16 tensor cores beat strict fp32"
+        assert rows["tf32"]["value"] > rows["fp32"]["value"], "TF32 tensor cores beat strict fp32"
+    for row in rows.values():
+        if row["ratio"] is not None:
+            assert 0 < row["ratio"] <= 1.05, f"{row['what']}: above the card's peak: the table or the timing is wrong"
+    if card["known_as"] is None:
+        assert all(row["ratio"] is None for row in rows.values())

@@ -1,0 +1,219 @@
+"""tools/test_gpu.py (`make test-gpu`) on a CPU: it stops at once without CUDA, and its report never calls
+a part that did not run on the GPU "passed". The GPU path itself runs on a GPU runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = importlib.util.spec_from_file_location("gpu_runner", ROOT / "tools" / "test_gpu.py")
+runner = importlib.util.module_from_spec(SPEC)
+sys.modules["gpu_runner"] = runner
+SPEC.loader.exec_module(runner)
+
+no_driver = pytest.mark.skipif(runner.nvml_gpus()[0] is not None, reason="this machine has an NVIDIA driver")
+
+
+def _run(command, **env):
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+    return done, time.monotonic() - start
+
+
+def test_stops_at_once_when_cuda_visible_devices_hides_every_gpu(tmp_path):
+    done, seconds = _run([sys.executable, "tools/test_gpu.py", "--artifacts", str(tmp_path)], CUDA_VISIBLE_DEVICES="")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert seconds < 10, "the check comes before any work"
+    assert "cannot run the GPU path" in done.stderr and "hides every GPU" in done.stderr
+    assert "unset CUDA_VISIBLE_DEVICES" in done.stderr and "make test" in done.stderr
+    assert not any(tmp_path.iterdir()), "nothing ran, so nothing is reported"
+
+
+@no_driver
+def test_stops_at_once_without_an_nvidia_driver(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "tools/test_gpu.py", "--artifacts", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and time.monotonic() - start < 10
+    assert "no NVIDIA driver" in done.stderr and "nvidia-smi" in done.stderr and "`make test`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_gpu_checks_before_any_set_up():
+    done, seconds = _run(["make", "--no-print-directory", "test-gpu", f"PYTHON={sys.executable}"],
+                         CUDA_VISIBLE_DEVICES="-1")
+    assert done.returncode != 0 and seconds < 10
+    assert "hides every GPU" in done.stderr and "pip install" not in done.stdout
+
+
+def test_the_quick_check():
+    no_lib = lambda: (None, "libnvidia-ml.so.1: cannot open shared object file")  # noqa: E731
+    why, fix = runner.quick_problem({}, nvml=no_lib)
+    assert "no NVIDIA driver" in why and "libnvidia-ml" in why and "nvidia-smi" in fix
+    assert "lists no GPU" in runner.quick_problem({}, nvml=lambda: (0, ""))[0]
+    assert runner.quick_problem({"CUDA_VISIBLE_DEVICES": "0"}, nvml=lambda: (1, "")) is None
+    assert "hides every GPU" in runner.quick_problem({"CUDA_VISIBLE_DEVICES": "-1"}, nvml=lambda: (8, ""))[0]
+
+
+def _doctor(**torch_facts):
+    return {"facts": {"torch": {"installed": True, "version": "2.14.1", "error": None, **torch_facts}}, "findings": []}
+
+
+def test_the_pytorch_check_explains_each_usual_failure():
+    assert runner.cuda_problem(_doctor(cuda="13.0", cuda_available=True)) is None
+    assert "not installed" in runner.cuda_problem({"facts": {"torch": {"installed": False}}})[0]
+    assert "CPU-only build" in runner.cuda_problem(_doctor(cuda=None, cuda_available=False))[0]
+    old_driver = _doctor(cuda="13.0", cuda_available=False)
+    old_driver["findings"] = [{"level": "info", "problem": "TensorFlow is not installed", "fix": ""},
+                              {"level": "error", "problem": "The NVIDIA driver 535 supports CUDA up to 12.2",
+                               "fix": "Update the NVIDIA driver"}]
+    assert runner.cuda_problem(old_driver) == ("The NVIDIA driver 535 supports CUDA up to 12.2",
+                                               "Update the NVIDIA driver")
+    message = runner.stop_message(("why", "fix"))
+    assert "why: why." in message and "what to do: fix." in message
+
+
+def test_notebook_uses(tmp_path):
+    def notebook(*sources):
+        path = tmp_path / f"nb{len(sources)}.ipynb"
+        cells = [{"cell_type": "code", "source": s} for s in sources] + [
+            {"cell_type": "markdown", "source": "we do not `import_dali()` here"}]
+        path.write_text(json.dumps({"cells": cells}))
+        return path
+
+    assert runner.notebook_uses(notebook("tf = gpucourse.import_tensorflow()\n")) == ["tensorflow"]
+    assert runner.notebook_uses(notebook(["import torch\n", "x = 1"], "dali = gpucourse.import_dali()")) == ["dali"]
+    assert runner.notebook_uses(notebook("import torch")) == []
+    lesson = sorted((ROOT / "solutions").glob("*/*.ipynb"))[0]
+    assert "tensorflow" in runner.notebook_uses(lesson), "lesson 01 shows TensorFlow's device list"
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
+<testcase classname="solutions.01_verify_gpu.verify_gpu.ipynb" name="Cell 0" time="2.5"/>
+<testcase classname="solutions.01_verify_gpu.verify_gpu.ipynb" name="Cell 1" time="0.5">
+<failure message="#x1B[91mNotebook cell execution failed#x1B[0m&#10;Cell 1: Cell execution caused an exception&#10;Input:&#10;
+device = gpucourse.choose_device()&#10;[+27 more lines; full report in element text]">Input:
+#x1B[31mGPURequiredError#x1B[39m                          Traceback (most recent call last)
+#x1B[32m---> #x1B[39m#x1B[32m11#x1B[39m device = gpucourse.choose_device()
+#x1B[31mGPURequiredError#x1B[39m: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback
+</failure></testcase>
+<testcase classname="tests.test_gpu" name="test_pinned" time="0.1"><skipped type="pytest.skip" message="needs CUDA"/>
+</testcase>
+<testcase classname="" name="Cell 3" time="0"><error message="kernel died"/></testcase>
+<testcase classname="tests.test_gpu" name="test_copy" time="0.3"><failure message="AssertionError: pinned 9 GB/s">
+def test_copy(cuda):
+&gt;       assert pinned.gbps &gt; pageable.gbps, "pinned 9 GB/s"
+E       AssertionError: pinned 9 GB/s
+E       assert 9.0 &gt; 12.0</failure></testcase>
+</testsuite></testsuites>"""
+
+
+def test_parse_junit(tmp_path):
+    path = tmp_path / "run.xml"
+    path.write_text(JUNIT)
+    cases = runner.parse_junit(path)
+    assert [c["outcome"] for c in cases] == ["passed", "failed", "skipped", "error", "failed"]
+    assert cases[1]["name"] == "Cell 1", "nbval's message: the exception, without colour codes or the cell's input"
+    assert cases[1]["message"] == "GPURequiredError: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback"
+    assert cases[2]["message"] == "needs CUDA" and cases[3]["message"] == "kernel died"
+    assert cases[4]["message"] == "AssertionError: pinned 9 GB/s"
+    assert cases[2]["id"] == "tests.test_gpu::test_pinned" and cases[3]["id"] == "Cell 3"
+    assert cases[0]["seconds"] == 2.5
+    assert runner.parse_junit(tmp_path / "missing.xml") == []
+
+
+FACTS = {
+    "python": "3.11.9", "platform": "Linux", "gpucourse": "0.1.0", "cuda_visible_devices": None,
+    "driver": {"found": True, "version": "570.86", "cuda": "12.8",
+               "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1,
+                         "compute_capability": "9.0"}]},
+    "torch": {"installed": True, "version": "2.14.1", "cuda": "12.8", "cudnn": 91000, "cuda_available": True,
+              "devices": ["NVIDIA H100 80GB HBM3"], "error": None},
+    "tensorflow": {"installed": False, "version": None, "error": None},
+    "dali": {"installed": False, "version": None, "error": None},
+}
+
+
+def _cells(*outcomes):
+    return [{"id": f"Cell {i}", "name": f"Cell {i}", "outcome": o, "seconds": 1.0, "message": "boom" * (o != "passed")}
+            for i, o in enumerate(outcomes)]
+
+
+def _notebook(lesson, outcomes=("passed", "passed"), uses=("tensorflow",), returncode=0, **extra):
+    return {"notebook": f"solutions/{lesson}/{lesson[3:]}.ipynb", "uses": list(uses), "returncode": returncode,
+            "timed_out": False, "seconds": 42.0, "cases": _cells(*outcomes), "log": f"logs/{lesson}.log", **extra}
+
+
+GPU_TESTS = {"returncode": 0, "timed_out": False, "seconds": 12.0, "cases": [
+    {"id": "tests.test_gpu::test_a", "name": "test_a", "outcome": "passed", "seconds": 1.0, "message": ""}]}
+BENCH = {"name": "NVIDIA H100 80GB HBM3", "known_as": "H100 SXM", "rows": [
+    {"key": "bf16", "what": "matmul bf16", "value": 800.0, "unit": "TFLOP/s", "peak": 989.5, "ratio": 0.81,
+     "note": ""}]}
+
+
+def test_report_a_missing_framework_is_not_validated_never_passed():
+    notebooks = [_notebook("01_verify_gpu"), _notebook("02_tensors_on_device", uses=())]
+    report = runner.build_report(FACTS, notebooks, GPU_TESTS, BENCH, {"commit": "abc1234"})
+    assert report["status"] == "partial" and report["problems"] == []
+    rows = {row["notebook"]: row for row in report["notebooks"]}
+    first = rows["solutions/01_verify_gpu/verify_gpu.ipynb"]
+    assert first["result"] == "partial" and first["not_validated_on_gpu"] == ["TensorFlow (not installed)"]
+    assert rows["solutions/02_tensors_on_device/tensors_on_device.ipynb"]["result"] == "passed"
+    assert report["not_validated_on_gpu"] == [{"what": "TensorFlow cells", "why": "not installed",
+                                               "where": ["solutions/01_verify_gpu/verify_gpu.ipynb"]}]
+    assert all(item["what"] != "DALI cells" for item in report["not_validated_on_gpu"]), "no lesson uses DALI here"
+    env = report["environment"]
+    assert env["device"] == "NVIDIA H100 80GB HBM3" and env["compute_capability"] == "9.0"
+    assert env["driver"] == "570.86" and env["torch"] == "2.14.1" and env["commit"] == "abc1234"
+    json.dumps(report)
+
+    markdown = runner.render_markdown(report)
+    assert "NOT VALIDATED ON GPU" in markdown and "TensorFlow cells: not installed" in markdown
+    assert "| solutions/01_verify_gpu/verify_gpu.ipynb | partial | 42.0 s | TensorFlow (not installed) |" in markdown
+    assert "NVIDIA H100 80GB HBM3" in markdown and "570.86" in markdown and "81%" in markdown
+    assert "TensorFlow cells: passed" not in markdown and "# GPU test report: PASSED: every" not in markdown
+
+
+def test_report_everything_validated_is_passed():
+    facts = {**FACTS, "tensorflow": {"installed": True, "version": "2.21.0", "gpus": 1, "error": None}}
+    report = runner.build_report(facts, [_notebook("01_verify_gpu")], GPU_TESTS, BENCH)
+    assert report["status"] == "passed" and report["notebooks"][0]["result"] == "passed"
+    assert "nothing: every part ran on the GPU" in runner.render_markdown(report)
+
+
+def test_report_tensorflow_without_a_gpu_is_not_validated():
+    facts = {**FACTS, "tensorflow": {"installed": True, "version": "2.21.0", "gpus": 0, "error": None}}
+    report = runner.build_report(facts, [_notebook("01_verify_gpu", outcomes=("passed", "failed"), returncode=1)],
+                                 GPU_TESTS, BENCH)
+    assert report["status"] == "failed"
+    assert report["notebooks"][0]["result"] == "failed" and report["notebooks"][0]["failed_cells"] == ["Cell 1: boom"]
+    assert report["not_validated_on_gpu"][0]["why"] == "sees no GPU"
+    assert "## Problems" in runner.render_markdown(report)
+
+
+def test_report_failures_timeouts_and_skips():
+    notebooks = [_notebook("01_verify_gpu", uses=(), timed_out=True, returncode=None),
+                 _notebook("02_tensors_on_device", outcomes=(), uses=(), returncode=5)]
+    skipped = {**GPU_TESTS, "cases": GPU_TESTS["cases"] + [
+        {"id": "tests.test_gpu::test_b", "name": "test_b", "outcome": "skipped", "seconds": 0, "message": "no CUDA"}]}
+    report = runner.build_report(FACTS, notebooks, skipped, {"error": "CUDA error: out of memory"})
+    assert [row["result"] for row in report["notebooks"]] == ["timeout", "failed"], "no cells ran is no pass"
+    assert report["status"] == "failed"
+    assert any(p.startswith("bench:") for p in report["problems"])
+    assert report["gpu_tests"]["skipped"] == ["tests.test_gpu::test_b: no CUDA"]
+    assert {"what": "gpu test tests.test_gpu::test_b", "why": "skipped: no CUDA", "where": []} in (
+        report["not_validated_on_gpu"])
+    none_ran = runner.build_report(FACTS, [], {**GPU_TESTS, "returncode": 5, "cases": []}, None)
+    assert none_ran["gpu_tests"]["result"] == "failed" and none_ran["status"] == "failed"
