@@ -30,7 +30,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" tests
+	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --durations=15 tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow" tests

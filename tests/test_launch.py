@@ -1,0 +1,180 @@
+"""gpucourse.launch: torchrun from a notebook, with a timeout, each rank's output, clear failures and no orphans.
+
+The launches use tiny scripts that do not import torch (only torchrun's agent does), so each takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucourse import launch
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover processes")
+
+RANKS = """
+import os
+print(f"hello from rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}", flush=True)
+"""
+CRASH = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+if rank == 1:
+    sys.exit("rank 1 gives up on purpose")
+time.sleep(120)  # rank 0 would wait for rank 1 forever
+"""
+HANG = """
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(str(os.getpid()))
+print("sleeping", flush=True)
+time.sleep(600)
+"""
+
+
+def write(tmp_path: Path, name: str, source: str) -> Path:
+    path = tmp_path / name
+    path.write_text(source)
+    return path
+
+
+def test_free_port_is_free():
+    port = launch.free_port()
+    assert 1024 <= port < 65536 and launch.port_is_free(port)
+
+
+def test_port_in_use_is_refused_before_anything_starts(tmp_path):
+    script = write(tmp_path, "ranks.py", RANKS)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert not launch.port_is_free(port)
+        started = time.monotonic()
+        with pytest.raises(launch.LaunchError, match=f"port {port} is in use.*port=None") as info:
+            launch.torchrun(script, port=port, timeout=30)
+    assert time.monotonic() - started < 2 and info.value.result is None, "nothing is launched"
+
+
+def test_syntax_error_is_reported_with_its_line(tmp_path):
+    script = write(tmp_path, "broken.py", "import os\n\ndef main(:\n    pass\n")
+    with pytest.raises(launch.LaunchError, match=r"broken.py has a syntax error \(line 3.*\n    def main\(:"):
+        launch.torchrun(script, timeout=30)
+
+
+def test_missing_script(tmp_path):
+    with pytest.raises(launch.LaunchError, match="does not exist"):
+        launch.torchrun(tmp_path / "nowhere.py")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"nproc_per_node": 0}, "nproc_per_node must be"),
+    ({"nproc_per_node": "2"}, "nproc_per_node must be"),
+    ({"nnodes": 0}, "nnodes must be"),
+    ({"timeout": 0}, "timeout must be"),
+])
+def test_bad_arguments(tmp_path, kwargs, match):
+    with pytest.raises(launch.LaunchError, match=match):
+        launch.torchrun(write(tmp_path, "ranks.py", RANKS), **kwargs)
+
+
+def test_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
+    script = write(tmp_path, "ranks.py", RANKS)
+    monkeypatch.setattr(launch, "gpu_count", lambda: 1)
+    with pytest.raises(launch.LaunchError, match="nproc_per_node=2 asks for one process per GPU.*shows 1 CUDA GPU"):
+        launch.torchrun(script, nproc_per_node=2, device="cuda")
+    monkeypatch.setattr(launch, "gpu_count", lambda: 0)
+    with pytest.raises(launch.LaunchError, match="no CUDA GPU.*gloo"):
+        launch.torchrun(script, nproc_per_node=1, device="cuda:0")
+
+
+def test_gpu_count_matches_torch():
+    import torch
+
+    assert launch.gpu_count() == torch.cuda.device_count()
+
+
+def test_command_is_what_a_learner_would_type():
+    command = launch.torchrun_command("train.py", "--epochs", 2, nproc_per_node=4)
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--standalone" in command and "--nproc-per-node=4" in command
+    assert command[-3:] == ["train.py", "--epochs", "2"]
+    multi = launch.torchrun_command("train.py", nnodes=2, rdzv_endpoint="127.0.0.1:29400", run_id="job")
+    assert "--standalone" not in multi and "--rdzv-endpoint=127.0.0.1:29400" in multi and "--nnodes=2" in multi
+
+
+def test_failure_report_is_parsed_root_cause_first():
+    report = """Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 12)  (SIGTERM)
+Root Cause (first observed failure):
+[0]:
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 13)
+"""
+    assert launch._failures(report.splitlines()) == [(3, 1), (0, -15)]
+
+
+@pytest.mark.slow
+def test_each_rank_output_is_prefixed_and_collected(tmp_path, capsys):
+    result = launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=2, timeout=60)
+    assert result.ok and result.ranks == [0, 1]
+    assert result.output(1) == ["hello from rank 1 of 2"]
+    printed = capsys.readouterr().out
+    assert "[rank0]: hello from rank 0 of 2" in printed and "[rank1]: hello from rank 1 of 2" in printed
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_crashing_rank_is_named_and_nothing_is_left(tmp_path):
+    env = {"GPUCOURSE_TEST_TAG": str(tmp_path)}
+    with pytest.raises(launch.LaunchError) as info:
+        launch.torchrun(write(tmp_path, "crash.py", CRASH), nproc_per_node=2, timeout=60, env=env, stream=False)
+    message = str(info.value)
+    assert message.startswith("rank 1 failed first (exit code 1)"), message
+    assert "rank 1 gives up on purpose" in message, "the failed rank's last lines are in the message"
+    assert info.value.result.seconds < 30, "a failed rank ends the launch; nobody waits for the timeout"
+    assert not _tagged(str(tmp_path))
+
+
+@pytest.mark.slow
+@linux_only
+def test_timeout_stops_every_process(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = write(tmp_path, "hang.py", HANG)
+    started = time.monotonic()
+    result = launch.torchrun(script, pids, nproc_per_node=2, timeout=10, check=False, stream=False,
+                             env={"GPUCOURSE_TEST_TAG": str(tmp_path)})
+    assert result.timed_out and not result.ok and "did not finish within 10 s" in result.message
+    assert time.monotonic() - started < 10 + 15, "stopped soon after the timeout"
+    for path in pids.iterdir():  # the workers that had started: their own sessions, yet stopped too
+        assert not launch._alive(int(path.read_text())), f"rank {path.name} outlived the timeout"
+    assert not _tagged(str(tmp_path)), "no orphaned process"
+
+
+@pytest.mark.slow
+def test_two_local_agents_meet_at_a_rendezvous(tmp_path):
+    result = launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, nnodes=2, timeout=60, stream=False)
+    assert result.ok and result.ranks == [0, 1], "two agents, one worker each, ranks 0 and 1 of 2"
+    assert "of 2" in result.output(1)[0] and "x2 agents" in result.command
+
+
+def _tagged(tag: str) -> set[int]:
+    """Processes (not zombies) whose environment carries GPUCOURSE_TEST_TAG=tag."""
+    needle = f"GPUCOURSE_TEST_TAG={tag}".encode()
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if needle in Path(entry.path, "environ").read_bytes().split(b"\0") and launch._alive(int(entry.name)):
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
