@@ -18,8 +18,6 @@ import nbformat
 import pytest
 
 LESSONS = ck.lessons()
-SUBMISSIONS = [(lesson, "solution") for lesson in LESSONS] + [(lesson, "untouched") for lesson in LESSONS]
-SUBMISSIONS += [(f.lesson, f.name) for f in ck.fixtures()]
 
 
 def test_there_are_lessons():
@@ -62,44 +60,63 @@ def _submission(lesson: str, name: str):
 CELL_WARNING = re.compile(r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)")
 
 
+def _failing_tests(lesson: str, name: str, wrong: set[str]) -> dict[str, bool]:
+    """grade_id of each test cell -> whether ``name``'s submission must fail it."""
+    source = ck.read(ck.solution_path(lesson))
+    answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
+    expected = {}
+    for cell in ck.nbgrader_cells(source, "test"):
+        grade_id = cell.metadata.nbgrader.grade_id
+        expected[grade_id] = name == "untouched" or ck.answer_of(grade_id, answer_ids) in wrong
+    return expected
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("lesson,name", SUBMISSIONS, ids=[f"{lesson}-{name}" for lesson, name in SUBMISSIONS])
-def test_autograde(lesson, name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_autograde(lesson, tmp_path, monkeypatch):
+    """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a class.
+
+    The students are the solution, the untouched student notebook and each
+    wrong-answer fixture; a failure lists every submission that scored wrong.
+    """
     monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning,default::FutureWarning")
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
     course = ck.scratch_course(tmp_path, [lesson])
-    nb, wrong = _submission(lesson, name)
-    submitted = ck.submit(course, name, lesson, nb)
-    before = submitted.read_bytes()
+    names = ["solution", "untouched", *(f.name for f in ck.fixtures(lesson))]
+    submitted, wrong = {}, {}
+    for name in names:
+        nb, wrong[name] = _submission(lesson, name)
+        path = ck.submit(course, name, lesson, nb)
+        submitted[name] = (path, path.read_bytes())
 
     result = ck.nbgrader(course, "autograde", lesson, "--force")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert submitted.read_bytes() == before, "the grader must never change a submission"
 
+    problems = []
     source = ck.read(ck.solution_path(lesson))
-    answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
-    got = ck.scores(course, lesson, name)
-    for cell in ck.nbgrader_cells(source, "test"):
-        grade_id = cell.metadata.nbgrader.grade_id
-        score, max_score, _ = got[grade_id]
-        if name == "untouched":
-            expected = 0
-        else:
-            expected = 0 if ck.answer_of(grade_id, answer_ids) in wrong else max_score
-        assert score == expected, f"{lesson}/{name}: test cell {grade_id} scored {score}, expected {expected}"
-    for cell in ck.nbgrader_cells(source, "written"):
-        score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
-        if name == "untouched":
-            assert score == 0 and not needs_manual, "an unanswered written question scores 0 by itself"
-        else:
-            assert needs_manual, "a written answer waits for the instructor"
+    for name in names:
+        path, before = submitted[name]
+        if path.read_bytes() != before:
+            problems.append(f"{name}: the grader changed the submission")
+        got = ck.scores(course, lesson, name)
+        for grade_id, failing in _failing_tests(lesson, name, wrong[name]).items():
+            score, max_score, _ = got[grade_id]
+            expected = 0 if failing else max_score
+            if score != expected:
+                problems.append(f"{name}: test cell {grade_id} scored {score}, expected {expected}")
+        for cell in ck.nbgrader_cells(source, "written"):
+            score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
+            if name == "untouched" and (score != 0 or needs_manual):
+                problems.append(f"{name}: an unanswered written question must score 0 by itself")
+            if name != "untouched" and not needs_manual:
+                problems.append(f"{name}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor")
+    assert not problems, f"{lesson}:\n" + "\n".join(problems)
 
-    graded = course / "autograded" / name / lesson / ck.solution_path(lesson).name
-    if name == "solution":
-        text = "\n".join(
-            str(output.get("text", "")) for cell in nbformat.read(graded, 4).cells for output in cell.get("outputs", [])
-        )
-        assert not CELL_WARNING.search(text), f"a solution cell warns: {CELL_WARNING.search(text).group(0)}"
+    graded = course / "autograded" / "solution" / lesson / ck.solution_path(lesson).name
+    text = "\n".join(
+        str(output.get("text", "")) for cell in nbformat.read(graded, 4).cells for output in cell.get("outputs", [])
+    )
+    assert not CELL_WARNING.search(text), f"a solution cell warns: {CELL_WARNING.search(text).group(0)}"
 
 
 @pytest.mark.slow
