@@ -4,6 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.gpucourse-installed
 PORT   ?= 8888
+# Jupyter refuses to run as root unless told; containers and cloud VMs often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS   ?= 2
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -27,7 +29,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks $(ROOT_FLAG)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --durations=15 tests
