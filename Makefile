@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.gpucourse-installed
 PORT   ?= 8888
+NOTEBOOK_DIR ?= notebooks
 # Jupyter refuses to run as root unless told; containers and cloud VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS   ?= 2
@@ -12,7 +13,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 .PHONY: lab test test-fast test-gpu doctor notebooks pins lint clean help
 
 help:
-	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/"
+	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
 	@echo "make test       set up .venv if needed, run the whole CPU suite"
 	@echo "make test-fast  helper unit tests and hygiene only (seconds)"
 	@echo "make test-gpu   on a CUDA machine: solutions under nbval with GPUCOURSE_REQUIRE_GPU=1, gpu tests, bench;"
@@ -26,10 +27,13 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
 	$(BIN)/python -m pip install --quiet -e ".[course]"
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dali-tf"], sep="\n")' > $(VENV)/dali-tf.txt
+	$(BIN)/python -m pip install --quiet --no-build-isolation -r $(VENV)/dali-tf.txt \
+		|| echo "DALI's TensorFlow plugin did not build: lesson 05's TensorFlow cells will skip themselves."
 	@touch $@
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks $(ROOT_FLAG)
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(NOTEBOOK_DIR) $(ROOT_FLAG)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --durations=15 tests

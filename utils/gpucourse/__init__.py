@@ -16,6 +16,7 @@ loaders    DataLoader and tf.data pipelines over the course's JPEG files
 precision  number formats, the autocast dtype for a device, AMP steps
 memory     GPU memory: estimate, measure, cap, find the batch size
 launch     run ``torchrun`` from a notebook, with a timeout
+dali       DALI pipelines over the course's JPEG files, with a CPU-only fallback
 notebook   what every lesson's set-up cell does (seed, friendly errors)
 doctor     ``python -m gpucourse doctor``: the environment report
 bench      ``python -m gpucourse bench``: the machine's report card (matmul TFLOP/s, copy GB/s vs. peak)

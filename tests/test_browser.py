@@ -1,0 +1,373 @@
+"""Lesson 01 in JupyterLab, in a real browser, run from the UI the way a learner runs it.
+
+A `jupyter lab` server from the course environment serves a scratch copy of
+lesson 01 on a free loopback port, behind a token. Headless Chromium (Debian's
+`chromium` package, driven by Playwright: no browser download) opens the
+notebook, runs it from the menu (Run > Run All Cells), waits until the kernel is
+idle, saves it from the menu and reads back what the learner saw:
+
+- the student notebook: it renders, the set-up cell succeeds, Run All stops at the
+  first exercise's test cell with the NotImplementedError and the course's hint;
+  a learner who carries on (Run > Run Selected Cell and All Below from the next
+  cell, again after each error) meets that same error at every unanswered
+  exercise and in the cells that use its answer, and no other error;
+- the solution notebook: Run All runs every cell, with no error at all.
+
+Screenshots go to test-artifacts/ (git-ignored). Without Chromium or Playwright
+the tests skip and say why; `.ci/run` installs Debian's chromium first.
+
+    python tests/test_browser.py --docs-screenshot   # rewrite docs/lesson01-jupyterlab.png
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import coursekit as ck
+import nbformat
+import pytest
+
+LESSON = "01_verify_gpu"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]  # the last: containers' small /dev/shm
+ARTIFACTS = ck.ROOT / "test-artifacts"
+DOCS_SCREENSHOT = ck.ROOT / "docs" / "lesson01-jupyterlab.png"
+VIEWPORT = {"width": 1280, "height": 800}
+RUN_TIMEOUT_S = 300  # the lesson's cells take about 45 s on 2 cores; TensorFlow's first import is the slow part
+# What JupyterLab needs to know before it starts: show every cell in the page (no windowing, so every cell
+# is in the DOM to check), and never ask about or fetch news from the network.
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab in front
+NOTEBOOK = f"{PANEL} .jp-Notebook"
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def _why_no_browser() -> str | None:
+    if not CHROMIUM.exists():
+        return f"no Chromium at {CHROMIUM}: `apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed: `pip install -e '.[course]'`"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyter_lab(root: Path, scratch: Path):
+    """A JupyterLab server on ``root``, its settings, runtime files and log under ``scratch``; yields its base URL."""
+    port, token = _free_port(), secrets.token_hex(16)
+    settings = scratch / "lab-settings"
+    for name, value in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(value))
+    env = ck.env()
+    env.pop("GPUCOURSE_REQUIRE_GPU", None)
+    env.update(JUPYTER_CONFIG_DIR=str(scratch / "config"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(scratch / "workspaces"))
+    log = (scratch / "jupyter-lab.log").open("w")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers run as root
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited ({server.returncode}):\n{(scratch / 'jupyter-lab.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("jupyter lab did not answer within 120 s") from None
+                time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@contextlib.contextmanager
+def chromium_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(60_000)
+        try:
+            yield page
+        except BaseException:
+            with contextlib.suppress(Exception):
+                screenshot(page, "browser-failure.png")  # what the page showed when the test failed
+            raise
+        finally:
+            browser.close()
+
+
+def open_notebook(page, base: str, token: str, relpath: str) -> None:
+    """Open a notebook in a fresh JupyterLab workspace; wait until it renders and its kernel is idle."""
+    workspace = Path(relpath).parts[0]  # one per test: JupyterLab reopens a workspace's earlier tabs
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{relpath}?reset&token={token}")
+    page.locator(f"{NOTEBOOK} .jp-Cell").first.wait_for()
+    wait_idle(page, timeout_s=120)
+
+
+def rendered_cells(page) -> int:
+    return page.locator(f"{NOTEBOOK} .jp-Cell").count()
+
+
+def menu(page, top: str, command: str) -> None:
+    """Click a menu item, e.g. menu(page, "Run", "runmenu:run-all"), as a learner does."""
+    page.locator(".lm-MenuBar-item", has_text=top).first.click()
+    item = page.locator(f'.lm-Menu-item[data-command="{command}"]').first
+    item.wait_for(state="visible")
+    item.click()
+
+
+PROMPTS = f"() => [...document.querySelectorAll('{NOTEBOOK} .jp-InputPrompt')].map(p => p.textContent).join('|')"
+
+
+def run_from_menu(page, command: str) -> None:
+    """Run cells from the Run menu and wait for them: first a prompt must change ([*] or a new count), then idle."""
+    before = page.evaluate(PROMPTS)
+    menu(page, "Run", command)
+    deadline = time.monotonic() + 60
+    while page.evaluate(PROMPTS) == before:
+        assert time.monotonic() < deadline, f"{command} started no cell"
+        page.wait_for_timeout(100)
+    wait_idle(page)
+
+
+def wait_idle(page, timeout_s: float = RUN_TIMEOUT_S) -> None:
+    """Wait until no cell is queued or running ([*]) and the kernel is started and idle, twice in a row."""
+    deadline, calm = time.monotonic() + timeout_s, 0
+    while calm < 2:
+        busy = page.evaluate(
+            """() => {
+                const prompts = [...document.querySelectorAll('NOTEBOOK .jp-InputPrompt')];
+                const status = document.querySelector('PANEL .jp-Notebook-ExecutionIndicator');
+                const kernel = status ? status.getAttribute('data-status') : 'unknown';
+                // The indicator also says idle while the kernel is still starting: the status bar tells them apart.
+                const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')].map(e => e.textContent.trim());
+                const ready = bar.some(t => t.endsWith('| Idle') && !t.startsWith('No Kernel'));
+                return prompts.some(p => p.textContent.includes('*')) || kernel !== 'idle' || !ready;
+            }""".replace("NOTEBOOK", NOTEBOOK).replace("PANEL", PANEL)
+        )
+        calm = 0 if busy else calm + 1
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the notebook was still running after {timeout_s} s")
+        page.wait_for_timeout(500)
+
+
+def save(page, path: Path):
+    """File > Save Notebook, then read what JupyterLab wrote."""
+    before = path.stat().st_mtime_ns
+    menu(page, "File", "docmanager:save")
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime_ns == before:
+        assert time.monotonic() < deadline, "JupyterLab did not save the notebook"
+        time.sleep(0.2)
+    time.sleep(0.5)  # let the write finish
+    return nbformat.read(path, as_version=4)
+
+
+def code_cells(nb) -> list[tuple[int, object]]:
+    return [(i, cell) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+
+
+def error_of(cell):
+    errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+    return errors[0] if errors else None
+
+
+def scroll_to_cell(page, index: int) -> None:
+    page.locator(f"{NOTEBOOK} .jp-Cell").nth(index).scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+
+
+def select_cell(page, index: int) -> None:
+    """Click a cell's prompt area: selects it without entering edit mode."""
+    cell = page.locator(f"{NOTEBOOK} .jp-Cell").nth(index)
+    cell.scroll_into_view_if_needed()
+    cell.locator(".jp-InputPrompt").first.click()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path))
+    return path
+
+
+def scratch_lesson(tmp: Path) -> Path:
+    """The lesson's student and solution notebooks, copied: the repository's notebooks are never written."""
+    root = tmp / "course"
+    for kind in ("notebooks", "solutions"):
+        shutil.copytree(ck.ROOT / kind / LESSON, root / kind / LESSON,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    reason = _why_no_browser()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("browser")
+    root = scratch_lesson(tmp)
+    with jupyter_lab(root, tmp) as (base, token):
+        yield root, base, token
+
+
+def _run_all(page, base, token, relpath):
+    started = time.monotonic()
+    open_notebook(page, base, token, relpath)
+    run_from_menu(page, "runmenu:run-all")
+    return rendered_cells(page), time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_student_notebook_in_jupyterlab(lab):
+    root, base, token = lab
+    relpath = f"notebooks/{LESSON}/{ck.solution_path(LESSON).name}"
+    path = root / relpath
+    source = ck.read(ck.solution_path(LESSON))
+    tests = {c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "test")}
+    answers = {c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")}
+
+    with chromium_page() as page:
+        rendered, took = _run_all(page, base, token, relpath)
+        nb = save(page, path)
+        assert rendered == len(nb.cells), f"JupyterLab rendered {rendered} of the notebook's {len(nb.cells)} cells"
+        cells = code_cells(nb)
+        _, setup = cells[0]
+        assert setup.execution_count and not error_of(setup), f"the set-up cell failed: {error_of(setup)}"
+        said = "".join(o.get("text", "") for o in setup.outputs)
+        assert "Using cuda" in said or "Falling back to the CPU" in said, f"the set-up cell says which device: {said!r}"
+
+        # Run All stops at the first error: the first exercise's test cell, with the course's hint.
+        errors = [(i, c) for i, c in cells if error_of(c)]
+        assert errors, "an untouched student notebook must fail at its first exercise"
+        first, first_cell = errors[0]
+        assert first_cell.metadata.nbgrader.get("grade_id") in tests, (
+            f"the first error is in cell {first} ({first_cell.source[:80]!r}), not in an exercise's test cell:\n"
+            + "\n".join(error_of(first_cell).traceback)[-2000:]
+        )
+        assert error_of(first_cell).ename == "NotImplementedError"
+        assert all(c.execution_count for i, c in cells if i < first), "every cell above the first exercise ran"
+        assert not any(c.execution_count for i, c in cells if i > first), "Run All stops at the first error"
+        scroll_to_cell(page, first)
+        hint = page.locator(f"{NOTEBOOK} .jp-Cell").nth(first).locator(".jp-OutputArea-output")
+        assert "An exercise is not answered yet" in hint.inner_text(), "the learner sees the hint in the page"
+        shot = screenshot(page, f"browser-{LESSON}-student.png")
+
+        # A learner who carries on: run from the next cell down, again after each error, to the end.
+        rounds = 0
+        while True:
+            nexts = [i for i, c in cells if i > first]
+            if not nexts:
+                break
+            select_cell(page, nexts[0])
+            run_from_menu(page, "notebook:run-all-below")
+            rounds += 1
+            nb = save(page, path)
+            cells = code_cells(nb)
+            later = [i for i, c in cells if i > first and error_of(c)]
+            if not later:
+                break
+            first = later[0]
+        assert rounds <= 12, "too many errors for an untouched notebook"
+
+    assert all(c.execution_count for _, c in cells), "every code cell ran in the end"
+    unanswered, unexpected = set(), []
+    for i, cell in cells:
+        error, grade_id = error_of(cell), cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            assert not error, f"defining the exercise {grade_id} must not fail"
+            unanswered.add(grade_id)
+        if grade_id in tests:
+            assert error and error.ename == "NotImplementedError", f"{grade_id} must show the NotImplementedError"
+            assert "not answered yet" in "\n".join(error.traceback)
+        elif error and not (unanswered and error.ename in {"NotImplementedError", "NameError"}):
+            unexpected.append(f"cell {i} ({cell.source[:60]!r}): {error.ename}: {error.evalue}")
+        elif error and error.ename == "NameError":
+            # A name the unanswered exercise's cells would have defined: the hint says to run earlier cells.
+            assert "earlier cell" in "\n".join(error.traceback)
+    assert not unexpected, "cells failed for reasons other than an unanswered exercise:\n" + "\n".join(unexpected)
+    print(f"\nstudent notebook: {len(nb.cells)} cells rendered, Run All in {took:.0f} s, {rounds} more runs, "
+          f"errors in {[c.metadata.get('nbgrader', {}).get('grade_id') or i for i, c in cells if error_of(c)]}; "
+          f"screenshot {shot.relative_to(ck.ROOT)}")
+
+
+@pytest.mark.slow
+def test_solution_notebook_in_jupyterlab(lab):
+    root, base, token = lab
+    relpath = f"solutions/{LESSON}/{ck.solution_path(LESSON).name}"
+    with chromium_page() as page:
+        rendered, took = _run_all(page, base, token, relpath)
+        nb = save(page, path := root / relpath)
+        assert rendered == len(nb.cells)
+        cells = code_cells(nb)
+        failed = [f"cell {i}: {error_of(c).ename}: {error_of(c).evalue}" for i, c in cells if error_of(c)]
+        assert not failed, "the solution must run without an error:\n" + "\n".join(failed)
+        assert all(c.execution_count for _, c in cells), "Run All ran every code cell"
+        images = page.locator(f"{NOTEBOOK} .jp-OutputArea-output img").count()
+        assert images >= 2, f"the plots render in the page ({images} images)"
+        scroll_to_cell(page, next(i for i, c in cells if "plots.bars(rates" in c.source))
+        shot = screenshot(page, f"browser-{LESSON}-solution.png")
+    print(f"\nsolution notebook ({path.name}): {rendered} cells rendered, Run All in {took:.0f} s, no error, "
+          f"{images} plots; screenshot {shot.relative_to(ck.ROOT)}")
+
+
+def docs_screenshot() -> Path:
+    """docs/lesson01-jupyterlab.png: the student notebook in JupyterLab, run down to the first exercise."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpucourse-docs-") as tmp:
+        root = scratch_lesson(Path(tmp))
+        relpath = f"notebooks/{LESSON}/{ck.solution_path(LESSON).name}"
+        nb = ck.read(root / relpath)
+        with jupyter_lab(root, Path(tmp)) as (base, token), chromium_page() as page:
+            open_notebook(page, base, token, relpath)
+            first_test = next(i for i, c in enumerate(nb.cells) if c in ck.nbgrader_cells(nb, "test"))
+            select_cell(page, first_test)
+            run_from_menu(page, "notebook:run-all-above")
+            setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+            page.locator(f"{NOTEBOOK} .jp-Cell").nth(setup - 1).evaluate("cell => cell.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(500)
+            DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(DOCS_SCREENSHOT))
+    return DOCS_SCREENSHOT
+
+
+if __name__ == "__main__":
+    if "--docs-screenshot" in sys.argv:
+        print(f"wrote {docs_screenshot().relative_to(ck.ROOT)}")

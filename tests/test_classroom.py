@@ -1,0 +1,169 @@
+"""The classroom loop, end to end, as an instructor runs it from the README (lesson 01, two students).
+
+In a scratch folder: the course (its own nbgrader_config.py, unchanged), an
+nbgrader exchange, and three home folders, each with its own
+``~/.jupyter/nbgrader_config.py`` naming the exchange and the course, as a
+JupyterHub admin would set it up (the students' files also give their ids).
+
+    instructor  generate_assignment, release_assignment
+    alice       fetch_assignment, answers everything as the solution does, submit
+    bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
+    instructor  collect, autograde, scores the written answer by hand (nbgrader's gradebook API, as the
+                formgrader does), generate_feedback, release_feedback, export
+    bob         fetch_feedback
+
+Then the scores in the gradebook and grades.csv, and bob's feedback names the
+test cells he failed. The commands run are written to
+test-artifacts/classroom-commands.txt.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import coursekit as ck
+import nbformat
+import pytest
+
+LESSON = "01_verify_gpu"
+COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(1)
+PARTLY_WRONG = "partly_right"  # tests/fixtures/01_verify_gpu/partly_right.py
+MANUAL = {"alice": (2, None), "bob": (1, "Right about the launch; now say how you would synchronize before reading the clock.")}
+
+
+class Classroom:
+    """The people and folders of one class; every nbgrader command runs as one of them and is recorded."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.exchange = tmp / "exchange"
+        self.exchange.mkdir()
+        self.exchange.chmod(0o777)  # nbgrader's exchange: one folder every user can write
+        self.course = ck.make_notebooks.copy_course(tmp / "instructor" / "course")
+        self.log: list[str] = []
+        for who in ("instructor", "alice", "bob"):
+            lines = [f"c.CourseDirectory.course_id = {COURSE_ID!r}", f"c.Exchange.root = {str(self.exchange)!r}"]
+            if who != "instructor":
+                lines.append(f"c.CourseDirectory.student_id = {who!r}")  # on JupyterHub: the user name
+                (self.home(who) / "work").mkdir(parents=True)
+            config = self.home(who) / ".jupyter" / "nbgrader_config.py"
+            config.parent.mkdir(parents=True)
+            config.write_text("c = get_config()  # noqa: F821\n" + "\n".join(lines) + "\n")
+
+    def home(self, who: str) -> Path:
+        return self.tmp / who
+
+    def workdir(self, who: str) -> Path:
+        return self.course if who == "instructor" else self.home(who) / "work"
+
+    def nbgrader(self, who: str, *args: str) -> str:
+        env = ck.env()
+        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_PLATFORM_DIRS",
+                     "GPUCOURSE_REQUIRE_GPU"):
+            env.pop(name, None)
+        env["HOME"] = str(self.home(who))
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.workdir(who), env=env,
+                                capture_output=True, text=True)
+        self.log.append(f"{who:>10}$ nbgrader {shlex.join(args):<45} # {time.monotonic() - started:.0f} s")
+        assert result.returncode == 0, f"{who}: nbgrader {shlex.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout + result.stderr
+
+    def note(self, who: str, what: str) -> None:
+        self.log.append(f"{who:>10}# {what}")
+
+
+def _answers(student: str) -> tuple[dict[str, str], set[str]]:
+    """What the student types into the answer cells, and the exercises they get wrong."""
+    answers = ck.solution_answers(LESSON)
+    if student == "alice":
+        return answers, set()
+    (fixture,) = [f for f in ck.fixtures(LESSON) if f.name == PARTLY_WRONG]
+    return {**answers, **fixture.answers}, set(fixture.answers)
+
+
+def _feedback_scores(html: str) -> dict[str, tuple[float, float]]:
+    """grade_id -> (score, points) of each test cell, as the feedback page shows them."""
+    found = re.findall(r"Grade cell: <code>(\w+)</code>.*?Score: ([\d.]+) / ([\d.]+)", html, flags=re.S)
+    return {grade_id: (float(score), float(points)) for grade_id, score, points in found}
+
+
+@pytest.mark.slow
+def test_the_classroom_loop(tmp_path):
+    room = Classroom(tmp_path)
+    notebook = ck.solution_path(LESSON).name
+    source = ck.read(ck.solution_path(LESSON))
+    answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
+    tests = {c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points for c in ck.nbgrader_cells(source, "test")}
+    (written,) = [c.metadata.nbgrader for c in ck.nbgrader_cells(source, "written")]
+
+    room.nbgrader("instructor", "generate_assignment", LESSON, "--force")
+    room.nbgrader("instructor", "release_assignment", LESSON)
+    assert (room.exchange / COURSE_ID / "outbound" / LESSON / notebook).exists()
+
+    for student in ("alice", "bob"):
+        room.nbgrader(student, "fetch_assignment", LESSON)
+        fetched = room.workdir(student) / LESSON / notebook
+        assert fetched.read_bytes() == ck.student_path(LESSON).read_bytes(), "students get the committed notebooks/"
+        room.note(student, f"answers the exercises in {LESSON}/{notebook} and saves it")
+        nbformat.write(ck.submission_from(ck.read(fetched), _answers(student)[0]), fetched)
+        room.nbgrader(student, "submit", LESSON)
+
+    room.nbgrader("instructor", "collect", LESSON)
+    for student in ("alice", "bob"):
+        assert (room.course / "submitted" / student / LESSON / notebook).exists(), f"{student}'s work was collected"
+    room.nbgrader("instructor", "autograde", LESSON)
+
+    # The written answer, graded by hand: what the formgrader's "Save" does (nbgrader's GradeHandler.put).
+    from nbgrader.api import Gradebook
+
+    room.note("instructor", "grades the written answers in the formgrader")
+    with Gradebook(f"sqlite:///{room.course / 'gradebook.db'}") as gb:
+        for student, (score, comment) in MANUAL.items():
+            grade = gb.find_grade(written.grade_id, Path(notebook).stem, LESSON, student)
+            assert grade.needs_manual_grade, "the written answer waits for the instructor"
+            grade.manual_score = score
+            grade.needs_manual_grade = False
+            if comment:
+                gb.find_comment(written.grade_id, Path(notebook).stem, LESSON, student).manual_comment = comment
+        gb.db.commit()
+
+    room.nbgrader("instructor", "generate_feedback", LESSON)
+    room.nbgrader("instructor", "release_feedback", LESSON)
+    room.nbgrader("instructor", "export")
+    room.nbgrader("bob", "fetch_feedback", LESSON)
+    artifacts = ck.ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "classroom-commands.txt").write_text("\n".join(room.log) + "\n")
+
+    rows = {row["student_id"]: row for row in csv.DictReader((room.course / "grades.csv").open())}
+    total = sum(tests.values()) + written.points
+    for student, (manual, comment) in MANUAL.items():
+        wrong = {t for t in tests if ck.answer_of(t, answer_ids) in _answers(student)[1]}
+        expected = {t: (0.0 if t in wrong else float(points)) for t, points in tests.items()}
+        got = ck.scores(room.course, LESSON, student)
+        assert {t: got[t][0] for t in tests} == expected, f"{student}'s autograded scores"
+        assert got[written.grade_id][:2] == (manual, written.points) and not got[written.grade_id][2]
+        score = sum(expected.values()) + manual
+        assert float(rows[student]["score"]) == score and float(rows[student]["max_score"]) == total, rows[student]
+
+        html = (room.course / "feedback" / student / LESSON / notebook.replace(".ipynb", ".html")).read_text()
+        assert f"(Score: {score:.1f} / {total:.1f})" in html, f"{student}'s feedback shows the total"
+        assert _feedback_scores(html) == {t: (expected[t], float(p)) for t, p in tests.items()}, (
+            f"{student}'s feedback names each test cell with its score"
+        )
+        if comment:
+            assert comment in html, "the instructor's comment reaches the student"
+    assert {"test_visible_gpu_count", "test_matmul_tflops"} == {t for t, (s, _) in _feedback_scores(html).items() if s == 0}
+    assert "unset: every GPU is visible" in html, "bob sees why the visible test failed"
+    (fetched,) = (room.workdir("bob") / LESSON / "feedback").glob(f"*/{notebook.replace('.ipynb', '.html')}")
+    assert fetched.read_text() == html, "bob fetched his feedback through the exchange"
+    print("\n" + "\n".join(room.log))
+    print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
+
