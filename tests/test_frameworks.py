@@ -55,9 +55,20 @@ def test_tensorflow_loads_with_memory_growth_and_the_seed():
 
 
 def test_strict_mode_refuses_a_tensorflow_without_gpu(monkeypatch):
+    gpucourse.frameworks.load_triton_before_tensorflow()
     tf = pytest.importorskip("tensorflow")
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("TensorFlow sees a GPU here")
     monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
     with pytest.raises(gpucourse.GPURequiredError, match="TensorFlow sees no GPU"):
         gpucourse.import_tensorflow()
+
+
+@pytest.mark.slow
+def test_torchvision_still_imports_after_tensorflow():
+    """With the course's pins, Triton imported after TensorFlow segfaults; import_tensorflow loads it first."""
+    code = "import gpucourse; tf = gpucourse.import_tensorflow(verbose=False); import torchvision; print('alive')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "alive" in result.stdout, (
+        f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
+    )

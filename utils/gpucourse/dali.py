@@ -128,6 +128,9 @@ def show(rows: dict, *, titles=None, device=None, n: int = 8):
 
 def import_tf_plugin(*, verbose: bool = True):
     """``nvidia.dali.plugin.tf``, or ``None`` with one sentence saying why it is not there."""
+    from .frameworks import load_triton_before_tensorflow
+
+    load_triton_before_tensorflow()  # the plugin imports TensorFlow
     try:
         import nvidia.dali.plugin.tf as dali_tf
     except ModuleNotFoundError:

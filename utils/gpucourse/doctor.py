@@ -116,6 +116,9 @@ def probe_tensorflow() -> dict:
         return facts
     facts["installed"] = True
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .frameworks import load_triton_before_tensorflow
+
+    load_triton_before_tensorflow()
     try:
         import tensorflow as tf
 

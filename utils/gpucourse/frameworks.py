@@ -13,6 +13,25 @@ import os
 INSTALL_HINT = "Install the course environment with `make lab` (or `pip install -e '.[course]'`)."
 
 
+def load_triton_before_tensorflow() -> None:
+    """Import Triton (PyTorch's compiler) first, where it is installed and TensorFlow is not loaded yet.
+
+    With the course's pins, importing Triton *after* TensorFlow crashes the
+    process with a segmentation fault, and ``import torchvision`` imports
+    Triton (through ``torch._dynamo``). Loaded first, both work. Costs about
+    a second, once; does nothing without Triton.
+    """
+    import importlib.util
+    import sys
+
+    if "tensorflow" in sys.modules or "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+        return
+    try:
+        import triton  # noqa: F401
+    except Exception:  # a broken Triton is PyTorch's problem, not a reason to skip TensorFlow
+        pass
+
+
 def import_tensorflow(*, grow_memory: bool = True, verbose: bool = True):
     """Import TensorFlow quietly, or return ``None`` with a message if it is missing.
 
@@ -21,6 +40,7 @@ def import_tensorflow(*, grow_memory: bool = True, verbose: bool = True):
     kernel does not run out.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # hide TF's C++ info logs
+    load_triton_before_tensorflow()
     try:
         import tensorflow as tf
     except ModuleNotFoundError:

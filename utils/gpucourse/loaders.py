@@ -271,6 +271,9 @@ def tf_decode_jpeg(image_size: int):
     channels-last layout; the resize also gives the pipeline a known shape).
     TensorFlow is imported when this is called, not before.
     """
+    from .frameworks import load_triton_before_tensorflow
+
+    load_triton_before_tensorflow()
     import tensorflow as tf
 
     def decode(path, label):
