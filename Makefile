@@ -36,7 +36,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(NOTEBOOK_DIR) $(ROOT_FLAG)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --durations=15 tests
+	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow" tests
