@@ -39,7 +39,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu and not slow" tests
+	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
 
 # The GPU runner (tools/test_gpu.py). The quick CUDA check needs only the standard library, so a machine
 # without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
