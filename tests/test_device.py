@@ -66,6 +66,13 @@ def test_asking_for_cuda_without_one_is_explained(no_cuda):
         gpucourse.choose_device("cuda")
 
 
+@pytest.mark.parametrize("other", ["mps", "xpu"])
+def test_another_accelerator_this_machine_lacks_is_explained(monkeypatch, other):
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: None)
+    with pytest.raises(gpucourse.DeviceError, match=f"no usable '{other}' device"):
+        gpucourse.choose_device(other)
+
+
 def test_meta_and_cpu_are_accepted(capsys):
     assert gpucourse.choose_device("meta").type == "meta"
     assert gpucourse.choose_device("cpu", verbose=False).type == "cpu"

@@ -110,6 +110,14 @@ def choose_device(want: str | None = None, *, verbose: bool = True):
                 + ". Indices count only the GPUs that CUDA_VISIBLE_DEVICES leaves visible."
             )
         device = torch.device("cuda", index)
+    elif device.type not in {"cpu", "meta"}:
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        if accelerator is None or accelerator.type != device.type:
+            raise DeviceError(
+                f"{want!r} asked for, but this machine has no usable {device.type!r} device. "
+                "This course uses 'cuda' for NVIDIA GPUs, 'cpu', or 'meta' for shape-only tensors; "
+                "call gpucourse.choose_device() with no argument to take the best one there is."
+            )
     if verbose:
         print(f"Using {device}.")
     return device
