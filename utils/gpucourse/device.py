@@ -116,7 +116,7 @@ def choose_device(want: str | None = None, *, verbose: bool = True):
             raise DeviceError(
                 f"{want!r} asked for, but this machine has no usable {device.type!r} device. "
                 "This course uses 'cuda' for NVIDIA GPUs, 'cpu', or 'meta' for shape-only tensors; "
-                "call gpucourse.choose_device() with no argument to take the best one there is."
+                "call gpucourse.choose_device() with no argument for the CUDA GPU if there is one, else the CPU."
             )
     if verbose:
         print(f"Using {device}.")
