@@ -108,7 +108,7 @@ def show(rows: dict, *, titles=None, device=None, n: int = 8):
     """A grid: one row of images per ``{label: images}`` (CHW or HWC, uint8 or float in [0, 1])."""
     import matplotlib.pyplot as plt
 
-    from .plots import _stamp
+    from .plots import stamp
 
     n = min(n, *(len(images) for images in rows.values()))
     fig, axes = plt.subplots(len(rows), n, figsize=(1.3 * n, 1.45 * len(rows) + 0.3), squeeze=False)
@@ -121,7 +121,7 @@ def show(rows: dict, *, titles=None, device=None, n: int = 8):
             if titles is not None and r == 0:
                 ax.set_title(str(titles[c]), fontsize=8)
         axes[r][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
-    _stamp(axes[0][-1], device)
+    stamp(axes[0][-1], device)
     fig.tight_layout()
     return axes
 

@@ -243,7 +243,7 @@ def plot(stats: Sequence[LoaderStats], *, device=None, title: str = "Where the l
     """Stacked bars, one per ``LoaderStats``: milliseconds per batch waiting vs computing."""
     import matplotlib.pyplot as plt
 
-    from .plots import _stamp
+    from .plots import stamp
 
     labels = [s.label for s in stats]
     wait = [1e3 * s.wait_s / s.batches for s in stats]
@@ -258,7 +258,7 @@ def plot(stats: Sequence[LoaderStats], *, device=None, title: str = "Where the l
     ax.set_xlim(0, 1.35 * max(c + w for c, w in zip(compute, wait, strict=True)))
     ax.set_title(title, loc="left", fontsize=11)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
-    _stamp(ax, device)
+    stamp(ax, device)
     fig.tight_layout()
     return ax
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def _stamp(ax, device) -> None:
+def stamp(ax, device) -> None:
+    """Write "measured on <device>" in the corner of ``ax``: every plot of a measurement says where it ran."""
     if device is not None:
         ax.text(1.0, 1.01, f"measured on {device}", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, alpha=0.7)
 
@@ -20,7 +21,7 @@ def bars(values: dict, *, ylabel: str, title: str = "", device=None, fmt: str = 
     ax.set_title(title)
     if log:
         ax.set_yscale("log")
-    _stamp(ax, device)
+    stamp(ax, device)
     fig.tight_layout()
     return ax
 
@@ -42,6 +43,6 @@ def curves(x, ys: dict, *, xlabel: str, ylabel: str, title: str = "", device=Non
     if len(ys) > 1:
         ax.legend()
     ax.grid(alpha=0.3)
-    _stamp(ax, device)
+    stamp(ax, device)
     fig.tight_layout()
     return ax
