@@ -19,7 +19,7 @@ QUICK = ["--device", "cpu", "--size", "64", "--min-run-time", "0.01"]
     [
         ("Tesla T4", "T4"),
         ("NVIDIA L4", "L4"),
-        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA A10G", "A10G (derived: no datasheet)"),
         ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"),
         ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),
@@ -116,3 +116,21 @@ def test_strict_mode_refuses_to_bench_the_cpu(monkeypatch, capsys):
     monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
     assert bench.main(["--json"]) == 2
     assert "GPUCOURSE_REQUIRE_GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("modern", [True, False])
+def test_tf32_switch_uses_the_current_api_and_restores_it(monkeypatch, modern):
+    """PyTorch 2.9+: only `fp32_precision` (the legacy setter warns, and mixing is unsupported); older: `allow_tf32`."""
+    class Matmul:  # torch.backends.cuda.matmul of either PyTorch
+        pass
+
+    matmul = Matmul()
+    name, off, on = ("fp32_precision", "ieee", "tf32") if modern else ("allow_tf32", False, True)
+    setattr(matmul, name, "none" if modern else False)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    with bench._tf32(True):
+        assert getattr(matmul, name) == on
+        with bench._tf32(False):
+            assert getattr(matmul, name) == off
+    assert getattr(matmul, name) == ("none" if modern else False), "set back afterwards"
+    assert not hasattr(matmul, "allow_tf32" if modern else "fp32_precision"), "never the other API"

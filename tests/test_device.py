@@ -1,5 +1,7 @@
 """gpucourse.device: the device choice, its messages, strict mode, and the facts."""
 
+import types
+
 import pytest
 import torch
 
@@ -120,3 +122,63 @@ def test_gpu_facts_follow_the_compute_capability(monkeypatch, name, cc, tensor_c
     assert (facts.name, facts.compute_capability) == (name, cc)
     assert (facts.tensor_cores, facts.bf16, facts.tf32, facts.fp8) == (tensor_cores, bf16, bf16, fp8)
     assert facts.total_memory_gib == 16.0 and facts.processors == 40
+
+
+def test_workload_cpu_gpu_and_grading_sizes(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert gpucourse.workload(torch.device("cpu"), cpu=1, gpu=100) == 1
+    assert gpucourse.workload("cuda:1", cpu=1, gpu=100) == 100, "no small_gpu: every GPU gets the GPU size"
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert gpucourse.is_grading()
+    assert gpucourse.workload("cuda", cpu=10, gpu=100, grading=2) == 2
+    assert gpucourse.workload("cuda", cpu=10, gpu=100) == 10, "without a grading size, grading uses the CPU size"
+
+
+@pytest.mark.parametrize("total_gib,expected", [(79.6, 1024), (14.7, 1024), (7.6, 256), (3.8, 256)])
+def test_workload_shrinks_on_a_small_gpu(monkeypatch, total_gib, expected):
+    """The GPU size is meant for a 16 GB card (a T4 reports 14.7 GiB); an 8 GB card gets small_gpu."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    seen = []
+
+    def properties(device):
+        seen.append(device)
+        return types.SimpleNamespace(total_memory=int(total_gib * 2**30))
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert gpucourse.workload(torch.device("cuda", 1), cpu=32, gpu=1024, small_gpu=256) == expected
+    assert seen == [torch.device("cuda", 1)], "the memory of the GPU asked about"
+
+
+@pytest.mark.parametrize(
+    "visible,problem",
+    [
+        (None, None),
+        ("0", None),
+        ("1,0", None),
+        ("GPU-5e1", None),  # a unique UUID prefix is enough
+        ("", "hides every GPU"),
+        ("-1", "hides every GPU"),
+        ("2", "has 2 GPU(s)"),
+        ("2,0", "has 2 GPU(s)"),  # the list ends at the first GPU that does not exist
+        ("GPU-0000", "matches none"),
+        ("GPU-", "is ambiguous"),
+        ("0,0", "names a GPU twice"),
+        ("MIG-1234", None),  # MIG instances are not checked against whole GPUs
+    ],
+)
+def test_visible_devices_that_name_no_existing_gpu(visible, problem):
+    found = dev.visible_devices_problem(visible, ["GPU-5e1a-11", "GPU-9b2c-22"])
+    assert (found is None) if problem is None else (problem in found), found
+
+
+def test_why_no_cuda_names_a_missing_gpu_index(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(dev, "_nvml_uuids", lambda: ["GPU-only-one"])
+    assert "has 1 GPU(s)" in dev.why_no_cuda()
+    monkeypatch.setattr(dev, "_nvml_uuids", lambda: None)  # no driver: the index cannot be the reason
+    assert "finds no NVIDIA GPU" in dev.why_no_cuda()
+
+
+def test_why_no_pinning_without_cuda(no_cuda):
+    assert "needs CUDA" in dev.why_no_pinning()

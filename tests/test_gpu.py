@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import gpucourse
-from gpucourse import bench, doctor, memory, precision, transfer
+from gpucourse import bench, doctor, memory, precision
 
 pytestmark = pytest.mark.gpu
 MiB, GiB = 2**20, 2**30
@@ -53,7 +53,7 @@ def _event_seconds(fn, repeats: int = 15) -> float:
 def test_benchmark_agrees_with_cuda_events_on_a_large_matmul(cuda):
     generator = torch.Generator(device=cuda).manual_seed(0)
     a, b = (torch.randn(4096, 4096, device=cuda, generator=generator) for _ in range(2))
-    with precision.fp32_math("ieee"):
+    with bench._tf32(False):
         before = _event_seconds(lambda: torch.matmul(a, b))
         timing = gpucourse.benchmark(torch.matmul, a, b, device=cuda, min_run_time=0.5, warmup=3)
         after = _event_seconds(lambda: torch.matmul(a, b))
@@ -141,9 +141,9 @@ def test_device_facts_agree_with_torch_and_the_driver(cuda):
 
 
 def test_pinned_host_memory_copies_faster_than_pageable(cuda):
-    pageable = transfer.time_copy(256 * MiB, cuda, mode="pageable", min_run_time=0.3)
-    pinned = transfer.time_copy(256 * MiB, cuda, mode="pinned", min_run_time=0.3)
-    assert pinned.gbps > pageable.gbps, f"pinned {pinned.gbps:.1f} GB/s vs pageable {pageable.gbps:.1f} GB/s"
+    pageable = bench._copy_gbps(cuda, 256 * MiB, 0.3, source="pageable")
+    pinned = bench._copy_gbps(cuda, 256 * MiB, 0.3, source="pinned")
+    assert pinned > pageable, f"pinned {pinned:.1f} GB/s vs pageable {pageable:.1f} GB/s"
 
 
 def test_bench_card_on_the_gpu(cuda):

@@ -1,10 +1,35 @@
-"""gpucourse.notebook: run out of order or unanswered, a cell says what to do, and still fails."""
+"""gpucourse.notebook: seeding, and a cell run out of order or unanswered says what to do, and still fails."""
 
+import random
+import subprocess
+import sys
+
+import numpy as np
 import pytest
+import torch
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-pytestmark = pytest.mark.slow
+import gpucourse
+
+
+def draw():
+    return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+
+def test_same_seed_same_numbers():
+    gpucourse.set_seed(3)
+    first = draw()
+    gpucourse.set_seed(3)
+    assert draw() == first
+    gpucourse.set_seed(4)
+    assert draw() != first
+
+
+def test_seeding_does_not_import_tensorflow():
+    code = "import sys, gpucourse; gpucourse.set_seed(1); print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def run(*sources):
@@ -19,6 +44,7 @@ def error_of(cell):
     return error
 
 
+@pytest.mark.slow
 def test_friendly_hints_keep_the_error():
     nb = run(
         "import gpucourse; gpucourse.setup_notebook()",

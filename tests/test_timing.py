@@ -41,3 +41,23 @@ def test_rate():
 @pytest.mark.parametrize("seconds,unit", [(2.0, " s "), (0.002, " ms "), (2e-6, " us "), (2e-9, " ns ")])
 def test_units(seconds, unit):
     assert unit in str(gpucourse.Timing(median=seconds, iqr=0, runs=5, device="cpu"))
+
+
+def test_synchronizes_the_gpu_it_measures_not_the_current_one(monkeypatch):
+    """`bench --device cuda:1` must wait for cuda:1; the Timer's default waits only for the current GPU."""
+    import torch
+
+    synced = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    timing = gpucourse.benchmark(lambda: None, device="cuda:1", min_run_time=0.01)
+    assert synced and set(synced) == {torch.device("cuda", 1)}, f"synchronized {set(synced)}"
+    assert timing.device == "cuda:1"
+
+
+def test_a_slow_call_runs_few_times():
+    """Slow work is timed in blocks of one call, not the old Timer.timeit's hidden extra calls per run."""
+    calls = []
+    gpucourse.benchmark(lambda: (calls.append(1), time.sleep(0.05)), min_run_time=0.01, min_runs=3)
+    assert len(calls) <= 1 + 3 * 2, f"{len(calls)} calls for 3 runs: warm-up + one estimate + one run per block"

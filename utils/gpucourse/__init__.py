@@ -3,21 +3,18 @@
 One module per concept:
 
 ========== ==========================================================
-device     choose the device (with a clear CPU fallback) and its facts
-sizing     scale a lesson's work to the device
-timing     correct timing on CPU and GPU (warm-up, sync, median)
-seed       one call seeds Python, NumPy, PyTorch and TensorFlow
+device     choose the device (with a clear CPU fallback), its facts, and the demo sizes for it
+timing     correct timing on CPU and GPU (warm-up, sync, median), as lesson 01 writes it
 data       the course's deterministic image set (memory or JPEG tree)
 models     the course's small CNN
 frameworks TensorFlow and DALI, imported only when a lesson asks
 plots      the few plots several lessons share
-transfer   host-to-device copies: pageable vs pinned, bandwidth sweeps
 loaders    DataLoader and tf.data pipelines over the course's JPEG files
 precision  number formats, the autocast dtype for a device, AMP steps
 memory     GPU memory: estimate, measure, cap, find the batch size
 launch     run ``torchrun`` from a notebook, with a timeout
 dali       DALI pipelines over the course's JPEG files, with a CPU-only fallback
-notebook   what every lesson's set-up cell does (seed, friendly errors)
+notebook   what every lesson's set-up cell does (seed everything, friendly errors)
 doctor     ``python -m gpucourse doctor``: the environment report
 bench      ``python -m gpucourse bench``: the machine's report card (matmul TFLOP/s, copy GB/s vs. peak)
 ========== ==========================================================
@@ -40,11 +37,11 @@ _EXPORTS = {
     "DeviceError": "device",
     "GPURequiredError": "device",
     "is_colab": "device",
-    "workload": "sizing",
-    "is_grading": "sizing",
+    "workload": "device",
+    "is_grading": "device",
     "benchmark": "timing",
     "Timing": "timing",
-    "set_seed": "seed",
+    "set_seed": "notebook",
     "make_shapes": "data",
     "shapes_dataset": "data",
     "write_image_folder": "data",

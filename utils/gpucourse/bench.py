@@ -12,6 +12,7 @@ still runs, with small sizes, and says that it is not a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -27,7 +28,7 @@ import time
 CARDS = [
     (r"\bT4\b", "T4", (8.1, None, None, 65.0, 320.0, 16.0)),
     (r"\bL4\b", "L4", (30.3, 60.0, 121.0, 121.0, 300.0, 32.0)),
-    (r"\bA10G\b", "A10G", (35.0, 35.0, 70.0, 70.0, 600.0, 32.0)),
+    (r"\bA10G\b", "A10G (derived: no datasheet)", (35.0, 35.0, 70.0, 70.0, 600.0, 32.0)),
     (r"\bA100\b.*SXM.*\b40\s?GB", "A100 SXM 40GB", (19.5, 156.0, 312.0, 312.0, 1555.0, 32.0)),
     (r"\bA100\b.*SXM.*\b80\s?GB", "A100 SXM 80GB", (19.5, 156.0, 312.0, 312.0, 2039.0, 32.0)),
     (r"\bH100\b.*\b(SXM\d?|HBM3)\b", "H100 SXM", (67.0, 494.5, 989.5, 989.5, 3350.0, 64.0)),
@@ -69,15 +70,32 @@ def make_card(name: str, device: str, measured: dict, notes: dict | None = None,
     return {"name": name, "device": device, "gpu": gpu, "known_as": label, "rows": rows, **extra}
 
 
+@contextlib.contextmanager
+def _tf32(enabled: bool):
+    """TF32 for fp32 matmuls on or off, then back. PyTorch 2.9+ has ``fp32_precision`` (the older
+    ``torch.set_float32_matmul_precision`` warns there, and the two must not be mixed); older PyTorch,
+    such as an older Colab runtime, only the legacy ``allow_tf32`` switch."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    name, value = ("fp32_precision", "tf32" if enabled else "ieee") if hasattr(matmul, "fp32_precision") \
+        else ("allow_tf32", enabled)
+    before = getattr(matmul, name)
+    setattr(matmul, name, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, name, before)
+
+
 def _matmul_tflops(device, dtype, n: int, tf32: bool, min_run_time: float) -> float:
     import torch
 
-    from .precision import fp32_math
     from .timing import benchmark
 
     generator = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
-    with fp32_math("tf32" if tf32 else "ieee"):
+    with _tf32(tf32) if a.is_cuda else contextlib.nullcontext():
         until = time.perf_counter() + (0.2 if a.is_cuda else 0)  # let an idle GPU's clocks rise before timing
         while time.perf_counter() < until:
             torch.matmul(a, b)
@@ -86,24 +104,29 @@ def _matmul_tflops(device, dtype, n: int, tf32: bool, min_run_time: float) -> fl
     return timing.rate(2 * n**3) / 1e12
 
 
-def _copy_gbps(device, nbytes: int, min_run_time: float) -> float:
+def _copy_gbps(device, nbytes: int, min_run_time: float, source: str = "device") -> float:
+    """GB/s of ``target.copy_(source)`` into ``device``, from ``source`` memory: "device", "pageable" or "pinned"."""
     import torch
 
     from .timing import benchmark
 
-    generator = torch.Generator(device=device).manual_seed(0)
-    source = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device, generator=generator)
-    target = torch.empty_like(source)
-    timing = benchmark(target.copy_, source, device=device, min_run_time=min_run_time, warmup=3)
-    return timing.rate(2 * nbytes) / 1e9  # a copy reads every byte once and writes it once
+    if source == "device":
+        generator = torch.Generator(device=device).manual_seed(0)
+        origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device, generator=generator)
+    else:
+        origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8).pin_memory() if source == "pinned" \
+            else torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    target = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    timing = benchmark(target.copy_, origin, device=device, min_run_time=min_run_time, warmup=3)
+    moved = 2 * nbytes if source == "device" else nbytes  # on the device a copy reads and writes every byte
+    return timing.rate(moved) / 1e9
 
 
 def measure(device=None, *, size: int | None = None, min_run_time: float = 0.2) -> dict:
     """Measure this machine and return its card (see ``make_card``)."""
     import torch
 
-    from .device import choose_device, device_facts
-    from .transfer import time_copy, why_no_pinning
+    from .device import choose_device, device_facts, why_no_pinning
 
     device = choose_device(verbose=False) if device is None else choose_device(str(device), verbose=False)
     facts = device_facts(device)
@@ -130,10 +153,10 @@ def measure(device=None, *, size: int | None = None, min_run_time: float = 0.2) 
     measured["d2d"] = _copy_gbps(device, sizes["d2d"], min_run_time)
     notes["d2d"] = "bytes read + bytes written" if gpu else "RAM to RAM: no GPU here"
     if gpu:
-        measured["h2d_pageable"] = time_copy(sizes["h2d"], device, min_run_time=min_run_time).gbps
+        measured["h2d_pageable"] = _copy_gbps(device, sizes["h2d"], min_run_time, source="pageable")
         reason = why_no_pinning()
         if reason is None:
-            measured["h2d_pinned"] = time_copy(sizes["h2d"], device, mode="pinned", min_run_time=min_run_time).gbps
+            measured["h2d_pinned"] = _copy_gbps(device, sizes["h2d"], min_run_time, source="pinned")
         notes.update(h2d_pageable="one direction; the peak is the card's PCIe x16 link, the host may be slower",
                      h2d_pinned=reason or "")
     else:

@@ -1,7 +1,10 @@
 """Choose the device, with a clear fallback, and read its facts.
 
 ``choose_device()`` is d2l's ``try_gpu`` with manners: it says which GPU it
-took, or why it fell back to the CPU and how to get a GPU. With
+took, or why it fell back to the CPU and how to get a GPU (``why_no_cuda``,
+which also spots a ``CUDA_VISIBLE_DEVICES`` naming GPUs that do not exist).
+``workload()`` picks each demo's size for the device, so every lesson runs in
+about a minute on a 2-core CPU and still shows the real effect on a GPU. With
 ``GPUCOURSE_REQUIRE_GPU=1`` in the environment a fallback is an error, so a
 GPU test runner cannot pass by quietly running on the CPU.
 """
@@ -40,6 +43,47 @@ def gpu_required() -> bool:
     return os.environ.get(REQUIRE_GPU_VAR, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None:
+    """Why ``CUDA_VISIBLE_DEVICES=visible`` leaves no GPU visible on a machine whose GPUs (in NVML's
+    order) have these UUIDs; ``None`` when it leaves some. CUDA reads the list up to its first invalid
+    entry (an index past the count, a UUID no GPU has); PyTorch turns a repeated entry into an empty list."""
+    if visible is None:
+        return None
+    entries = [entry.strip() for entry in visible.split(",")]
+    if visible.strip() in {"", "-1"}:
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it to see them)"
+    first, count = entries[0], len(uuids)
+    if first.upper().startswith("MIG-") or (first.upper().startswith("GPU-") and not all(uuids)):
+        return None  # MIG instances are not in NVML's list of whole GPUs; unknown UUIDs: nothing to check against
+    if first.upper().startswith("GPU-"):
+        matches = [uuid for uuid in uuids if uuid.lower().startswith(first.lower())]
+        if len(matches) != 1:
+            which = "matches none of" if not matches else "is ambiguous among"
+            return (f"CUDA_VISIBLE_DEVICES={visible!r}: {first} {which} this machine's GPUs "
+                    f"({', '.join(uuids) or 'none'}), so no GPU is visible; `nvidia-smi -L` lists the UUIDs")
+    elif not first.isdigit() or int(first) >= count:
+        return (f"CUDA_VISIBLE_DEVICES={visible!r} names GPU {first!r}, but this machine has {count} GPU(s) "
+                f"(indices 0 to {count - 1}); the list ends at the first GPU that does not exist, so none is visible")
+    if len(set(entries)) < len(entries):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} names a GPU twice, and PyTorch then sees none"
+    return None
+
+
+def _nvml_uuids() -> list[str] | None:
+    """The UUIDs of every GPU the driver sees (NVML ignores CUDA_VISIBLE_DEVICES), or None without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, or no driver: NVML raises its own NVMLError types
+        return None
+    try:
+        uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        return [uuid.decode() if isinstance(uuid, bytes) else uuid for uuid in uuids]
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def why_no_cuda() -> str:
     """A sentence on why PyTorch sees no CUDA device (call when it sees none)."""
     import torch
@@ -47,9 +91,54 @@ def why_no_cuda() -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if torch.version.cuda is None:
         return f"this PyTorch ({torch.__version__}) is a CPU-only build"
-    if visible is not None and visible.strip() in {"", "-1"}:
-        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it to see them)"
+    uuids = _nvml_uuids() if visible is not None else None
+    problem = visible_devices_problem(visible, uuids or [])
+    if problem and (uuids or visible.strip() in {"", "-1"}):
+        return problem
     return "PyTorch finds no NVIDIA GPU and driver (torch.cuda.is_available() is False)"
+
+
+def why_no_pinning() -> str | None:
+    """``None`` when pinned (page-locked) host memory works here, otherwise a sentence saying why not."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"pinned (page-locked) host memory needs CUDA, and {why_no_cuda()}"
+    try:
+        torch.empty(1).pin_memory()
+    except RuntimeError as error:  # e.g. a container that limits locked memory (ulimit -l)
+        return f"pinning host memory failed here ({error})"
+    return None
+
+
+def is_grading() -> bool:
+    """True while nbgrader executes the notebook (autograde or validate): demos shrink to their grading size."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def _gpu_memory_gib(device) -> float:
+    import torch
+
+    return torch.cuda.get_device_properties(device).total_memory / 2**30
+
+
+def workload(device, *, cpu, gpu, grading=None, small_gpu=None, gpu_gib: float = 14):
+    """The size of a demo for ``device``: lessons never hard-code one.
+
+    ``cpu`` is the size for a CPU (and while grading, unless ``grading`` is
+    given), ``gpu`` the size for a CUDA GPU with at least ``gpu_gib`` GiB of
+    memory (a 16 GB T4 reports 14.7 GiB), and ``small_gpu`` the size for a
+    smaller GPU (8 GB laptops and RTX 3060/4060-class cards); without it,
+    every GPU gets ``gpu``.
+    """
+    if is_grading():
+        return cpu if grading is None else grading
+    kind = getattr(device, "type", None) or str(device).split(":")[0]
+    if kind != "cuda":
+        return cpu
+    if small_gpu is not None and _gpu_memory_gib(device) < gpu_gib:
+        return small_gpu
+    return gpu
 
 
 def _fallback_message(reason: str) -> str:
@@ -198,3 +287,4 @@ def device_facts(device=None) -> DeviceFacts:
         fp8=False,
         colab=is_colab(),
     )
+

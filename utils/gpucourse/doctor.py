@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from . import __version__
+from .device import visible_devices_problem
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def probe_driver() -> dict:
                     "name": name.decode() if isinstance(name, bytes) else name,
                     "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
                     "compute_capability": f"{major}.{minor}",
+                    "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
                 }
             )
     except Exception as exc:
@@ -83,6 +85,10 @@ def probe_driver() -> dict:
         except Exception:
             pass
     return facts
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def probe_torch() -> dict:
@@ -179,6 +185,8 @@ def diagnose(facts: dict) -> list[Finding]:
     gpus = len(driver.get("gpus") or [])
     visible = facts.get("cuda_visible_devices")
     hidden = visible is not None and visible.strip() in {"", "-1"}
+    # CUDA_VISIBLE_DEVICES naming GPUs that do not exist (an index past the count, an unknown UUID) hides them all too
+    missing = None if hidden or not gpus else visible_devices_problem(visible, [g.get("uuid") or "" for g in driver["gpus"]])
 
     if not driver.get("found"):
         findings.append(Finding(
@@ -197,6 +205,13 @@ def diagnose(facts: dict) -> list[Finding]:
             + (f" (the driver sees {gpus})." if gpus else "."),
             "Unset it (`unset CUDA_VISIBLE_DEVICES`, or `del os.environ['CUDA_VISIBLE_DEVICES']` before importing "
             "torch) or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0.",
+        ))
+    elif missing:
+        hidden = True  # the framework checks below then blame CUDA_VISIBLE_DEVICES, not the driver
+        findings.append(Finding(
+            "error", missing + f" (the driver sees {gpus}).",
+            "List GPUs that exist: indices from 0 to one less than the count, or UUIDs from `nvidia-smi -L`; "
+            "CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so UUIDs are the safe choice.",
         ))
 
     for name, label, framework in (("torch", "PyTorch", torch_), ("tensorflow", "TensorFlow", tf), ("dali", "DALI", dali)):

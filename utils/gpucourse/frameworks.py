@@ -63,7 +63,7 @@ def import_tensorflow(*, grow_memory: bool = True, verbose: bool = True):
             "GPUCOURSE_REQUIRE_GPU=1, but TensorFlow sees no GPU. "
             "Run `python -m gpucourse doctor`: TensorFlow may lack its CUDA libraries."
         )
-    from .seed import seed_tensorflow
+    from .notebook import seed_tensorflow
 
     seed_tensorflow()
     return tf

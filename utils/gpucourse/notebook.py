@@ -1,6 +1,6 @@
 """What every lesson's set-up cell does inside Jupyter.
 
-``setup_notebook()`` seeds everything and installs friendlier messages for
+``setup_notebook()`` seeds everything (``set_seed``) and installs friendlier messages for
 the two errors learners meet most: a name from a cell they have not run yet
 (the notebook was run out of order) and an exercise not answered yet. The
 error stays an error (nbgrader still sees a failing cell); it just opens
@@ -8,6 +8,11 @@ with a sentence that says what to do.
 """
 
 from __future__ import annotations
+
+import random
+import sys
+
+_last_seed: int | None = None
 
 HINTS = {
     NameError: "{value}. It is defined in an earlier cell that has not run in this kernel: "
@@ -34,10 +39,34 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     return stb
 
 
+def set_seed(seed: int = 0) -> int:
+    """Seed Python, NumPy, PyTorch (every CUDA device too) and, if it is loaded, TensorFlow; returns ``seed``.
+
+    Seeding never imports TensorFlow: ``gpucourse.import_tensorflow`` applies the last seed when it loads it.
+    """
+    global _last_seed
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    _last_seed = seed
+    if "tensorflow" in sys.modules:
+        seed_tensorflow()
+    return seed
+
+
+def seed_tensorflow() -> None:
+    """Seed TensorFlow with the last seed ``set_seed`` was given (nothing if it was never called)."""
+    if _last_seed is not None:
+        import tensorflow as tf
+
+        tf.keras.utils.set_random_seed(_last_seed)
+
+
 def setup_notebook(seed: int = 0) -> None:
     """Seed every generator and, inside IPython, install the friendly error hints."""
-    from .seed import set_seed
-
     set_seed(seed)
     try:
         from IPython import get_ipython
