@@ -10,7 +10,37 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS   ?= 2
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: lab test test-fast test-gpu doctor notebooks pins lint clean help
+# Which pinned set (pyproject.toml): the GPU set (PyTorch, TensorFlow and DALI on CUDA 12) where `nvidia-smi`
+# lists an NVIDIA GPU, else the CPU set. GPU=1 / GPU=0 override. .venv remembers its set in $(SET_FILE); a
+# .venv without one was made before there were two sets, i.e. the CPU set. Switching sets rebuilds .venv.
+NVIDIA_SMI ?= nvidia-smi
+SET_FILE := $(VENV)/.gpucourse-set
+ifeq ($(GPU),1)
+  SET := gpu
+  WHY := GPU=1 was given
+else ifeq ($(GPU),0)
+  SET := cpu
+  WHY := GPU=0 was given
+else ifneq ($(GPU),)
+  $(error GPU=$(GPU): use GPU=1 (the GPU set) or GPU=0 (the CPU set), or leave it out to let nvidia-smi decide)
+else
+  FOUND_GPU := $(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -m1 '^GPU ' | sed 's/ .UUID: .*//')
+  SET := $(if $(FOUND_GPU),gpu,cpu)
+  WHY := $(if $(FOUND_GPU),nvidia-smi lists $(strip $(FOUND_GPU)),nvidia-smi lists no NVIDIA GPU here); GPU=0 or GPU=1 overrides
+endif
+INSTALLED_SET := $(shell cat $(SET_FILE) 2>/dev/null || { test -e $(VENV)/pyvenv.cfg && echo cpu; })
+ifneq ($(filter-out $(SET),$(INSTALLED_SET)),)
+  SWITCH := 1
+  $(STAMP): FORCE
+endif
+ifeq ($(MAKELEVEL),0)
+  ifneq ($(filter lab test test-fast test-gpu doctor notebooks pins lint $(STAMP),$(MAKECMDGOALS)),)
+    $(info course environment: the $(SET) set ($(WHY))$(if $(SWITCH),; $(VENV) holds the $(INSTALLED_SET) set and is rebuilt))
+  endif
+endif
+GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
+
+.PHONY: lab test test-fast test-gpu doctor notebooks pins lint clean help FORCE
 
 help:
 	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
@@ -20,13 +50,24 @@ help:
 	@echo "                report in test-artifacts/ (stops at once, saying why, where there is no usable GPU)"
 	@echo "make doctor     the environment report (paste it into bug reports)"
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
-	@echo "make pins       regenerate environment.yml and binder/ from pyproject.toml"
+	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml"
+	@echo "The set .venv holds: the GPU set where nvidia-smi lists an NVIDIA GPU, else the CPU set; GPU=1 or GPU=0 decides."
 
-# Set-up: redone only when pyproject.toml changes (or .venv is missing).
+# Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
+# pip cannot take out one CUDA major's libraries cleanly, they share file paths).
 $(STAMP): pyproject.toml
+	@if [ -n "$(SWITCH)" ] && [ -e $(VENV)/pyvenv.cfg ]; then rm -rf $(VENV); fi
+	@if [ $(SET) = gpu ] && [ "$$(uname -s)" != Linux ]; then \
+		echo "The GPU set is for Linux and WSL2 (TensorFlow has no GPU build for native Windows or macOS): use GPU=0."; exit 1; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo $(SET) > $(SET_FILE)
 	$(BIN)/python -m pip install --upgrade --quiet pip
+ifeq ($(SET),gpu)
+	$(BIN)/python -m pip install --quiet --extra-index-url $(GPU_INDEX) -e ".[course,gpu]" \
+		|| { echo "The GPU set did not install: PyTorch's CUDA 12 wheels come from $(GPU_INDEX), which must be reachable."; exit 1; }
+else
 	$(BIN)/python -m pip install --quiet -e ".[course]"
+endif
 	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dali-tf"], sep="\n")' > $(VENV)/dali-tf.txt
 	$(BIN)/python -m pip install --quiet --no-build-isolation -r $(VENV)/dali-tf.txt \
 		|| echo "DALI's TensorFlow plugin did not build: lesson 05's TensorFlow cells will skip themselves."
