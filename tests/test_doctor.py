@@ -20,7 +20,8 @@ def facts(**overrides):
                   "cuda_available": True, "devices": ["NVIDIA H100 80GB HBM3"], "error": None},
         "tensorflow": {"installed": True, "version": "2.21.0", "is_cuda_build": True, "cuda": "12.5.1",
                        "cudnn": "9", "gpus": 1, "error": None},
-        "dali": {"installed": True, "version": "2.4.0", "error": None},
+        "dali": {"installed": True, "version": "2.4.0", "cuda": "12", "error": None},
+        "nvidia": {"packages": {}, "clashes": {}},
     }
     for key, value in overrides.items():
         base[key] = {**base[key], **value} if isinstance(value, dict) else value
@@ -61,9 +62,15 @@ def test_driver_older_than_the_build():
     assert "12.2" in error.problem and "13.0" in error.problem and "Update the NVIDIA driver" in error.fix
 
 
-def test_tensorflow_without_its_cuda_libraries():
-    error = only_error(doctor.diagnose(facts(tensorflow={"gpus": 0})))
-    assert "CUDA libraries are missing" in error.problem and "tensorflow[and-cuda]==2.21.0" in error.fix
+@pytest.mark.parametrize("torch_cuda", ["13.0", "12.8"])
+def test_tensorflow_without_its_cuda_libraries(torch_cuda):
+    """Beside PyTorch's CUDA 13 wheels, adding TensorFlow's CUDA 12 ones would overwrite cuDNN and NCCL: the GPU set."""
+    error = only_error(doctor.diagnose(facts(tensorflow={"gpus": 0}, torch={"cuda": torch_cuda})))
+    assert "CUDA libraries" in error.problem and "are missing" in error.problem
+    if torch_cuda == "13.0":
+        assert "make lab GPU=1" in error.fix and "and-cuda" not in error.fix
+    else:
+        assert "tensorflow[and-cuda]==2.21.0" in error.fix
 
 
 @pytest.mark.parametrize("value", ["", "-1"])
@@ -122,3 +129,70 @@ def test_the_command_line_here():
 def test_cli_usage(capsys):
     assert cli([]) == 2 and "doctor" in capsys.readouterr().out
     assert cli(["nonsense"]) == 2
+
+
+@pytest.mark.parametrize("value,words", [("1", "has 1 GPU(s)"), ("GPU-deadbeef", "matches none")])
+def test_cuda_visible_devices_naming_a_gpu_that_does_not_exist(value, words):
+    """The mistake lesson 01's Exercise 2 teaches: not "the driver is broken" but the variable, with the fix."""
+    h100 = {**H100, "uuid": "GPU-5e1a2b3c-0000-1111-2222-333344445555"}
+    findings = doctor.diagnose(facts(cuda_visible_devices=value, driver={"gpus": [h100]},
+                                     torch={"cuda_available": False, "devices": []}, tensorflow={"gpus": 0}))
+    error = only_error(findings)
+    assert words in error.problem and "nvidia-smi -L" in error.fix
+
+
+CU13_TORCH_WITH_TF_CUDA = {"packages": {"nvidia-cudnn-cu13": 13, "nvidia-nccl-cu13": 13, "nvidia-cublas": 13,
+                                        "nvidia-cudnn-cu12": 12, "nvidia-nccl-cu12": 12, "nvidia-dali-cuda120": 12}}
+
+
+@pytest.mark.parametrize(("driver", "level"), [({}, "warning"), ({"found": False, "gpus": []}, "info")])
+def test_two_cuda_majors_in_one_environment(driver, level):
+    found = [f for f in doctor.diagnose(facts(nvidia=CU13_TORCH_WITH_TF_CUDA, driver=driver)) if "two CUDA majors" in f.problem]
+    assert len(found) == 1 and found[0].level == level, found
+    assert "CUDA 12: nvidia-cudnn-cu12" in found[0].problem and "CUDA 13: nvidia-cublas" in found[0].problem
+    assert ("GPU=1" in found[0].fix) == (level == "warning")
+
+
+def test_a_library_file_owned_by_two_packages():
+    clash = {**CU13_TORCH_WITH_TF_CUDA, "clashes": {"nvidia/cudnn/lib/libcudnn.so.9": ["nvidia-cudnn-cu13", "nvidia-cudnn-cu12"]}}
+    error = only_error(doctor.diagnose(facts(nvidia=clash)))
+    assert "nvidia/cudnn/lib/libcudnn.so.9 (nvidia-cudnn-cu13 and nvidia-cudnn-cu12)" in error.problem
+    assert "rm -rf .venv && make lab" in error.fix
+
+
+@pytest.mark.parametrize(("version", "cuda", "build", "need"), [("575.57.08", "12.9", "13.0", "580"),
+                                                                ("520.61.05", "11.8", "12.8", "525.60.13"),
+                                                                ("525.53", "12.0", "12.8", "525.60.13")])
+def test_a_driver_too_old_for_the_builds_cuda_major(version, cuda, build, need):
+    error = only_error(doctor.diagnose(facts(driver={"version": version, "cuda": cuda}, tensorflow={"installed": False},
+                                             torch={"cuda": build, "cuda_available": False, "devices": []})))
+    assert f"PyTorch (built for CUDA {build}, which needs driver {need} or newer)" in error.problem
+    assert version in error.problem and f"Update the NVIDIA driver to {need}" in error.fix
+
+
+def test_a_newer_minor_runs_through_minor_version_compatibility():
+    findings = doctor.diagnose(facts(driver={"version": "535.183.01", "cuda": "12.2"}, torch={"cuda": "12.8"},
+                                     tensorflow={"cuda": "12.5.1"}))
+    assert "error" not in levels(findings)
+    assert sum("minor-version compatibility" in f.problem and f.level == "info" for f in findings) == 2
+
+
+def test_tensorflow_gpu_on_native_windows_means_wsl2():
+    findings = doctor.diagnose(facts(platform="Windows-11-10.0.26100-SP0", tensorflow={"gpus": 0, "is_cuda_build": False},
+                                     dali={"installed": False}))
+    (warning,) = [f for f in findings if "TensorFlow" in f.problem]
+    assert warning.level == "warning" and "since 2.11" in warning.problem and "WSL2" in warning.fix
+
+
+def test_cuda_major_of_installed_wheels():
+    assert doctor.cuda_major("nvidia-cudnn-cu12", []) == 12 and doctor.cuda_major("nvidia-dali-cuda130", []) == 13
+    assert doctor.cuda_major("nvidia-cublas", ["nvidia/cu13/lib/libcublas.so.13"]) == 13
+    assert doctor.cuda_major("nvidia-ml-py", ["pynvml.py"]) is None
+
+
+def test_probe_nvidia_packages_reads_this_environment():
+    probed = doctor.probe_nvidia_packages()
+    if "nvidia-cudnn-cu13" not in probed["packages"]:
+        pytest.skip("PyTorch's CUDA 13 wheels are not installed here")
+    assert probed["packages"]["nvidia-cudnn-cu13"] == 13 and probed["packages"].get("nvidia-cuda-runtime") == 13
+    assert not probed["clashes"], "the CPU set has no file owned twice"

@@ -15,11 +15,14 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from . import __version__
 from .device import visible_devices_problem
+from .frameworks import course_set
 
 
 @dataclass(frozen=True)
@@ -122,20 +125,21 @@ def probe_tensorflow() -> dict:
         return facts
     facts["installed"] = True
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .frameworks import load_triton_before_tensorflow
+    from .frameworks import load_triton_before_tensorflow, quiet_tensorflow_startup
 
     load_triton_before_tensorflow()
     try:
-        import tensorflow as tf
+        with quiet_tensorflow_startup():  # its C++ start-up lines would come before the report
+            import tensorflow as tf
 
-        build = dict(tf.sysconfig.get_build_info())
-        facts.update(
-            version=tf.__version__,
-            is_cuda_build=bool(build.get("is_cuda_build")),
-            cuda=build.get("cuda_version"),
-            cudnn=build.get("cudnn_version"),
-            gpus=len(tf.config.list_physical_devices("GPU")),
-        )
+            build = dict(tf.sysconfig.get_build_info())
+            facts.update(
+                version=tf.__version__,
+                is_cuda_build=bool(build.get("is_cuda_build")),
+                cuda=build.get("cuda_version"),
+                cudnn=build.get("cudnn_version"),
+                gpus=len(tf.config.list_physical_devices("GPU")),
+            )
     except Exception as exc:
         facts["error"] = _error(exc)
     return facts
@@ -145,13 +149,35 @@ def probe_dali() -> dict:
     facts = {"installed": False, "version": _package_version("nvidia-dali-cuda120", "nvidia-dali-cuda130"), "error": None}
     if facts["version"] is None:
         return facts
-    facts["installed"] = True
+    facts.update(installed=True, cuda="12" if _package_version("nvidia-dali-cuda120") else "13")
     try:
         dali = importlib.import_module("nvidia.dali")
         facts["version"] = dali.__version__
     except Exception as exc:
         facts["error"] = _error(exc)
     return facts
+
+
+def cuda_major(name: str, files: list[str]) -> int | None:
+    """nvidia-cudnn-cu12 -> 12, nvidia-dali-cuda130 -> 13, CUDA 13's unsuffixed wheels (files in nvidia/cu13/) -> 13."""
+    found = re.search(r"-cu(\d\d)$|-cuda(\d\d)\d$", name) or next(
+        (m for m in map(re.compile(r"^nvidia/cu(\d\d)/").match, files) if m), None)
+    return int(next(g for g in found.groups() if g)) if found else None
+
+
+def probe_nvidia_packages() -> dict:
+    """The installed nvidia-* wheels with the CUDA major of each, and library files that two of them claim."""
+    packages, owners = {}, {}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if not name.startswith("nvidia-") or name.startswith("nvidia-ml-py"):
+            continue
+        files = [str(f) for f in dist.files or [] if str(f).startswith("nvidia/")]
+        packages[name] = cuda_major(name, files)
+        for path in files:
+            if ".so" in path or path.endswith(".dll"):
+                owners.setdefault(path, []).append(name)
+    return {"packages": packages, "clashes": {path: names for path, names in owners.items() if len(names) > 1}}
 
 
 def collect() -> dict:
@@ -162,8 +188,10 @@ def collect() -> dict:
         "platform": platform.platform(),
         "colab": "google.colab" in sys.modules,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "course_set": course_set(),
     }
-    for name, probe in (("driver", probe_driver), ("torch", probe_torch), ("tensorflow", probe_tensorflow), ("dali", probe_dali)):
+    for name, probe in (("driver", probe_driver), ("torch", probe_torch), ("tensorflow", probe_tensorflow), ("dali", probe_dali),
+                        ("nvidia", probe_nvidia_packages)):
         try:
             facts[name] = probe()
         except Exception as exc:  # a probe's own bug must not hide the others
@@ -171,11 +199,45 @@ def collect() -> dict:
     return facts
 
 
-def _version_tuple(text) -> tuple[int, ...]:
+def _version_tuple(text, parts: int = 2) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in str(text).split(".")[:2])
+        return tuple(int(part) for part in str(text).split(".")[:parts])
     except ValueError:
         return ()
+
+
+# The oldest driver each CUDA major runs on; any CUDA 12.x on 525.60.13, any 13.x on 580 (minor-version
+# compatibility): docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, Table 1.
+MIN_DRIVER = {12: "525.60.13", 13: "580"}
+GPU_SET_FIX = ("Use the GPU set, where PyTorch, TensorFlow and DALI share CUDA 12: `make lab GPU=1` rebuilds .venv with it "
+               "(`make` picks it by itself where nvidia-smi lists a GPU).")
+
+
+def _driver_findings(driver: dict, builds: list[tuple[str, str]]) -> list[Finding]:
+    """A driver too old for the frameworks' CUDA builds (one error), and builds it runs by minor-version compatibility."""
+    old, findings, have = [], [], _version_tuple(driver.get("cuda"))
+    for label, build in builds:
+        major = _version_tuple(build)[:1]
+        if not major or not have or not driver.get("version"):
+            continue
+        need = MIN_DRIVER.get(major[0], "")
+        if have[:1] < major or _version_tuple(driver["version"], 3) < _version_tuple(need, 3):
+            old.append((label, build, need))
+        elif have < _version_tuple(build):
+            findings.append(Finding("info", f"{label} is built for CUDA {build}, newer than the driver's {driver.get('cuda')}: "
+                                    f"it runs through CUDA's minor-version compatibility (only code compiled on the fly "
+                                    f"for {build} could fail)."))
+    if old:
+        need = max((n for _, _, n in old), key=lambda n: _version_tuple(n, 3))
+        findings.insert(0, Finding(
+            "error",
+            f"The NVIDIA driver {driver['version']} supports CUDA up to {driver.get('cuda')}: too old for "
+            + ", ".join(f"{label} (built for CUDA {build}, which needs driver {n} or newer)" for label, build, n in old)
+            + ". A driver runs every minor version of its CUDA major (minor-version compatibility), not the next major.",
+            f"Update the NVIDIA driver to {need} or newer (https://www.nvidia.com/drivers), or install builds for "
+            f"CUDA {driver.get('cuda')} or older.",
+        ))
+    return findings
 
 
 def diagnose(facts: dict) -> list[Finding]:
@@ -229,6 +291,39 @@ def diagnose(facts: dict) -> list[Finding]:
                 f"=={framework.get('version')}`.",
             ))
 
+    nvidia = facts.get("nvidia") or {}
+    majors: dict[int, list[str]] = {}
+    for name, major in (nvidia.get("packages") or {}).items():
+        if major:
+            majors.setdefault(major, []).append(name)
+    if len(majors) > 1:
+        listed = "; ".join(f"CUDA {m}: " + ", ".join(sorted(names)[:3]) + (f" and {len(names) - 3} more" * (len(names) > 3))
+                           for m, names in sorted(majors.items()))
+        findings.append(Finding(
+            "warning" if gpus else "info",
+            f"Libraries of two CUDA majors are installed side by side ({listed}): a process that loads both can get "
+            "the wrong cuBLAS, cuDNN or NCCL." + ("" if gpus else " Harmless without an NVIDIA GPU."),
+            GPU_SET_FIX if gpus else "",
+        ))
+    clashes = nvidia.get("clashes") or {}
+    if clashes:
+        path, owners = sorted(clashes.items())[0]
+        findings.append(Finding(
+            "error",
+            f"{len(clashes)} library file(s) belong to two packages at once, e.g. {path} ({' and '.join(owners)}): the "
+            "one installed last overwrote the other's, so the framework that needs the other gets the wrong cuDNN or NCCL.",
+            "pip cannot untangle this: start afresh with one set, `rm -rf .venv && make lab` (the GPU set where "
+            "nvidia-smi lists a GPU). Never `pip install tensorflow[and-cuda]` into PyTorch's CUDA 13 environment.",
+        ))
+
+    builds = [("PyTorch", torch_.get("cuda"), torch_), ("TensorFlow", tf.get("cuda") if tf.get("is_cuda_build") else None, tf),
+              ("DALI", dali.get("cuda"), dali)]
+    driver_findings = _driver_findings(driver, [(label, build) for label, build, framework in builds
+                                                if gpus and not hidden and framework.get("installed") and build])
+    findings += driver_findings
+    too_old = {label for label, *_ in builds if any(f.level == "error" and f"{label} (" in f.problem for f in driver_findings)}
+    windows = str(facts.get("platform", "")).startswith("Windows")
+
     if torch_.get("installed") and not torch_.get("error") and gpus and not hidden:
         build = torch_.get("cuda")
         if not build:
@@ -239,15 +334,7 @@ def diagnose(facts: dict) -> list[Finding]:
                 "and run the pip command it gives.",
             ))
         elif not torch_.get("cuda_available"):
-            if _version_tuple(driver.get("cuda")) < _version_tuple(build):
-                findings.append(Finding(
-                    "error",
-                    f"The NVIDIA driver {driver.get('version')} supports CUDA up to {driver.get('cuda')}, "
-                    f"older than the CUDA {build} this PyTorch was built with.",
-                    f"Update the NVIDIA driver to one for CUDA {build} or newer, or install a PyTorch built for "
-                    f"CUDA {driver.get('cuda')} or older.",
-                ))
-            else:
+            if "PyTorch" not in too_old:
                 findings.append(Finding(
                     "error",
                     f"PyTorch (CUDA {build}) cannot use the {gpus} GPU(s) the driver sees: "
@@ -259,19 +346,32 @@ def diagnose(facts: dict) -> list[Finding]:
                                     + ", ".join(torch_.get("devices") or []) + "."))
 
     if tf.get("installed") and not tf.get("error") and gpus and not hidden:
-        if not tf.get("gpus"):
+        # its CUDA libraries are the cu12 wheels of its and-cuda extra; adding them beside CUDA 13 ones breaks PyTorch
+        add_cuda = (GPU_SET_FIX if 13 in majors or str(torch_.get("cuda", "")).startswith("13") else
+                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` adds them (Linux, WSL2).")
+        if windows and not tf.get("gpus"):
+            findings.append(Finding(
+                "warning",
+                f"TensorFlow {tf.get('version')} runs on the CPU here: it has no GPU support on native Windows since 2.11.",
+                "Use WSL2 (Ubuntu in the Windows Subsystem for Linux; the Windows NVIDIA driver serves it) and `make lab` "
+                "there. PyTorch does use the GPU on native Windows.",
+            ))
+        elif not tf.get("gpus") and "TensorFlow" in too_old:
+            pass
+        elif not tf.get("gpus"):
             if tf.get("is_cuda_build"):
                 findings.append(Finding(
                     "error",
-                    f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: "
-                    "its CUDA libraries are missing.",
-                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` installs them (Linux).",
+                    f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: its CUDA libraries "
+                    f"(nvidia-cudnn-cu12 and the other CUDA 12 wheels) are " +
+                    ("installed, so read `nvidia-smi`." if "nvidia-cudnn-cu12" in (majors.get(12) or []) else "missing."),
+                    add_cuda,
                 ))
             else:
                 findings.append(Finding(
                     "error",
                     f"TensorFlow {tf.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
-                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` (Linux; on Windows use WSL2).",
+                    add_cuda,
                 ))
         else:
             findings.append(Finding("ok", f"TensorFlow sees {tf['gpus']} GPU(s)."))
@@ -309,6 +409,9 @@ def render(facts: dict, findings: list[Finding]) -> str:
         f"gpucourse {facts.get('gpucourse')} environment report",
         f"  Python {facts.get('python')} on {facts.get('platform')}" + (" (Colab)" if facts.get("colab") else ""),
         "  CUDA_VISIBLE_DEVICES: " + ("(unset)" if visible is None else repr(visible)),
+        f"  pinned set: {facts.get('course_set') or 'not installed by make'}; NVIDIA wheels per CUDA major: "
+        + (", ".join(f"CUDA {m}: {n}" for m, n in sorted(Counter(
+            v for v in ((facts.get("nvidia") or {}).get("packages") or {}).values() if v).items())) or "none"),
     ]
     if driver.get("found"):
         lines.append(f"  NVIDIA driver {driver.get('version')}, supports CUDA up to {driver.get('cuda')}")
