@@ -193,13 +193,26 @@ def test_report_everything_validated_is_passed():
     assert "nothing: every part ran on the GPU" in runner.render_markdown(report)
 
 
-def test_report_tensorflow_without_a_gpu_is_not_validated():
+@pytest.mark.parametrize("installed_set", ["cpu", None, "gpu"])
+def test_report_tensorflow_without_gpu_support(installed_set):
+    """Its cells skip themselves under GPUCOURSE_REQUIRE_GPU=1: not validated on GPU, except in the GPU set (a failure)."""
+    facts = {**FACTS, "course_set": installed_set,
+             "tensorflow": {"installed": True, "version": "2.21.0", "is_cuda_build": True, "gpus": 0, "error": None}}
+    report = runner.build_report(facts, [_notebook("05_dali_pipelines")], GPU_TESTS, BENCH)
+    assert report["not_validated_on_gpu"][0]["why"].startswith("installed without GPU support: no CUDA libraries")
+    assert report["notebooks"][0]["result"] == "partial", "a lesson is never failed for a framework without GPU support"
+    if installed_set == "gpu":
+        assert report["status"] == "failed" and "TensorFlow sees no GPU" in report["problems"][0]
+    else:
+        assert report["status"] == "partial" and report["problems"] == []
+
+
+def test_report_a_failing_tensorflow_cell_still_fails():
     facts = {**FACTS, "tensorflow": {"installed": True, "version": "2.21.0", "gpus": 0, "error": None}}
     report = runner.build_report(facts, [_notebook("01_verify_gpu", outcomes=("passed", "failed"), returncode=1)],
                                  GPU_TESTS, BENCH)
     assert report["status"] == "failed"
     assert report["notebooks"][0]["result"] == "failed" and report["notebooks"][0]["failed_cells"] == ["Cell 1: boom"]
-    assert report["not_validated_on_gpu"][0]["why"] == "sees no GPU"
     assert "## Problems" in runner.render_markdown(report)
 
 

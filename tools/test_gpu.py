@@ -15,7 +15,10 @@
 3. Writes test-artifacts/gpu-report.md and gpu-report.json (and a log and a
    JUnit XML per run): device, driver, versions, each notebook's time and result,
    and what was NOT validated on GPU (TensorFlow or DALI cells where the package
-   is missing, gpu tests that skipped). Such parts are never reported as passed.
+   is missing or installed without GPU support, gpu tests that skipped). Such
+   parts are never reported as passed, nor as failed lessons; in the GPU set
+   (`make` installs it where nvidia-smi lists a GPU) TensorFlow not seeing the
+   GPU is a failure.
 
 Exit status: 0 when everything that ran passed (1 with --require-all if a part
 was not validated on GPU), 1 when something failed, 2 when nothing could run.
@@ -205,7 +208,8 @@ def framework_status(facts: dict) -> dict[str, str | None]:
         elif info.get("error"):
             status[name] = f"fails to import ({info['error']})"
         elif name == "tensorflow" and not info.get("gpus"):
-            status[name] = "sees no GPU"
+            build = "a CPU-only build" if info.get("is_cuda_build") is False else "no CUDA libraries"
+            status[name] = f"installed without GPU support: {build}; the GPU set has them (`make test-gpu GPU=1`)"
         else:
             status[name] = None
     return status
@@ -281,6 +285,9 @@ def build_report(facts: dict, notebooks: list[dict], gpu_tests: dict | None, ben
             not_validated.append({"what": f"gpu test {c['id']}", "why": f"skipped: {c['message']}", "where": []})
 
     problems = [f"{r['notebook']}: {r['result']}" for r in rows if r["result"] in {"failed", "timeout"}]
+    tf = facts.get("tensorflow") or {}
+    if facts.get("course_set") == "gpu" and tf.get("installed") and not tf.get("error") and not tf.get("gpus"):
+        problems.append("TensorFlow sees no GPU, though the GPU set installs its CUDA libraries: `python -m gpucourse doctor`")
     if tests and tests["result"] != "passed":
         problems.append("gpu tests: failed")
     if bench is not None and "error" in bench:
