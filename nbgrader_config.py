@@ -1,13 +1,34 @@
 """nbgrader configuration for the course (see README, "For instructors")."""
 
+import sys
+from pathlib import Path
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "gpus-for-ml"
 # solutions/ is the single source; notebooks/ is what `make notebooks` generates.
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
-
-# A slow 2-core CPU must never fail a correct answer: give each cell time.
-c.Execute.timeout = 900
 # The course's data is generated, never stored in the assignment.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
+
+# Grading (tools/grade.py): each student's kernel in a sandbox, a deleted test cell restored from the source, a
+# dead kernel survived. Under NBGRADER_EXECUTION the demos shrink: the slowest graded cell of any solution took
+# SLOWEST s on a shared 2-core CPU, so a cell gets 120 s and a submission 600 s (an endless loop costs one cell's
+# 120 s, the other cells are still graded).
+c.Execute.timeout = 120
+c.GradingExecute.submission_timeout = 600
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+try:
+    import grade
+except ImportError:  # a scratch copy made only to generate notebooks/ has no tools/: it cannot autograde
+    from nbgrader.preprocessors import NbGraderPreprocessor
+
+    class NoSandbox(NbGraderPreprocessor):
+        def preprocess(self, nb, resources):
+            raise RuntimeError("tools/grade.py is missing next to nbgrader_config.py: autograde will not run "
+                               "students' code without its sandbox")
+
+    c.Autograde.autograde_preprocessors = [NoSandbox]
+else:
+    grade.configure(c)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -104,8 +105,17 @@ def env() -> dict:
     return make_notebooks.venv_env()
 
 
+def sandbox_switch() -> list[str]:
+    """Nothing where autograde can use its sandbox (tools/grade.py); elsewhere the explicit unsandboxed switch."""
+    import grade  # tools/grade.py
+
+    return [] if grade.sandbox_problem() is None else [grade.UNSANDBOXED]
+
+
 def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     quiet = [] if args[0] == "validate" else ["--log-level=WARN"]  # validate takes no log level
+    if args[0] == "autograde":
+        quiet += sandbox_switch()
     return subprocess.run(
         [sys.executable, "-m", "nbgrader", *args, *quiet],
         cwd=course, env=env(), capture_output=True, text=True, check=check,
@@ -114,23 +124,38 @@ def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.Complet
 
 def scratch_course(tmp: Path, lessons_: list[str]) -> Path:
     """A course copy in ``tmp`` with the lessons generated (gradebook included)."""
-    course = make_notebooks.copy_course(tmp / "course")
+    course = copy_course(tmp / "course")
     make_notebooks.generate(course, lessons_)
     return course
 
 
+def copy_course(target: Path) -> Path:
+    """make_notebooks' course copy, with the grader nbgrader_config.py imports (tools/grade.py)."""
+    course = make_notebooks.copy_course(target)
+    (course / "tools").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "tools" / "grade.py", course / "tools")
+    return course
+
+
 def submit(course: Path, student: str, lesson: str, nb) -> Path:
-    path = course / "submitted" / student / lesson / solution_path(lesson).name
+    return submit_as(course, student, lesson, solution_path(lesson).name, nb)
+
+
+def submit_as(course: Path, student: str, assignment: str, name: str, nb) -> Path:
+    path = course / "submitted" / student / assignment / name
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
 
 
 def scores(course: Path, lesson: str, student: str) -> dict[str, tuple[float | None, float, bool]]:
+    return scores_of(course, lesson, solution_path(lesson).name, student)
+
+
+def scores_of(course: Path, assignment: str, name: str, student: str) -> dict[str, tuple[float | None, float, bool]]:
     """grade_id -> (score, max score, needs manual grade) from the gradebook."""
     from nbgrader.api import Gradebook
 
-    name = solution_path(lesson).stem
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        notebook = gb.find_submission_notebook(name, lesson, student)
+        notebook = gb.find_submission_notebook(Path(name).stem, assignment, student)
         return {g.name: (g.score, g.max_score, g.needs_manual_grade) for g in notebook.grades}

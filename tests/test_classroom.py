@@ -45,7 +45,7 @@ class Classroom:
         self.exchange = tmp / "exchange"
         self.exchange.mkdir()
         self.exchange.chmod(0o777)  # nbgrader's exchange: one folder every user can write
-        self.course = ck.make_notebooks.copy_course(tmp / "instructor" / "course")
+        self.course = ck.copy_course(tmp / "instructor" / "course")
         self.log: list[str] = []
         for who in ("instructor", "alice", "bob"):
             lines = [f"c.CourseDirectory.course_id = {COURSE_ID!r}", f"c.Exchange.root = {str(self.exchange)!r}"]
@@ -69,7 +69,8 @@ class Classroom:
             env.pop(name, None)
         env["HOME"] = str(self.home(who))
         started = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.workdir(who), env=env,
+        switch = ck.sandbox_switch() if args[0] == "autograde" else []
+        result = subprocess.run([sys.executable, "-m", "nbgrader", *args, *switch], cwd=self.workdir(who), env=env,
                                 capture_output=True, text=True)
         self.log.append(f"{who:>10}$ nbgrader {shlex.join(args):<45} # {time.monotonic() - started:.0f} s")
         assert result.returncode == 0, f"{who}: nbgrader {shlex.join(args)} failed:\n{result.stdout}\n{result.stderr}"

@@ -1,0 +1,217 @@
+"""The grader a class can be trusted with (tools/grade.py), as `make grade` runs it, on a scratch course.
+
+The course is the real nbgrader_config.py with a small assignment of three exercises (so a run takes seconds,
+not a lesson's minutes). Five students are graded by one `tools/grade.py` run, two at a time:
+
+    right    every answer right
+    snoop    an untouched notebook whose first answer reads solutions/, the gradebook and `right`'s
+             submission, runs the solution's cells it found, and opens a socket to a server this test started
+    loop     exercise 2 loops forever
+    deleted  every answer right, the test cell of exercise 1 deleted
+    crash    exercise 2 calls os._exit
+
+The snooper graded once more without the sandbox shows the test bites: there it reaches the server and scores
+the point of the exercise its code sits in, with the answer it ran from solutions/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import coursekit as ck
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+sys.path.insert(0, str(ck.ROOT / "tools"))
+import grade  # noqa: E402  (tools/grade.py)
+
+ASSIGNMENT, NAME = "00_sandbox", "sandbox.ipynb"
+EXERCISES = {"double": ("2 * x", (1, 2), (3, 6)), "square": ("x * x", (2, 4), (3, 9)), "negate": ("-x", (1, -1), (3, -3))}
+CELL_TIMEOUT, BOUND = 8, 60
+SANDBOX = grade.sandbox_problem()
+needs_sandbox = pytest.mark.skipif(SANDBOX is not None, reason=f"{SANDBOX} (.ci/run installs bubblewrap)")
+
+
+def _source() -> nbformat.NotebookNode:
+    cells = [new_markdown_cell("# Three small exercises")]
+    for name, (body, (arg, result), (hidden, hidden_result)) in EXERCISES.items():
+        answer = new_code_cell(f"def {name}(x):\n    ### BEGIN SOLUTION\n    return {body}\n    ### END SOLUTION")
+        answer.metadata.nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": name, "schema_version": 3}
+        test = new_code_cell(f"assert {name}({arg}) == {result}\n"
+                             f"### BEGIN HIDDEN TESTS\nassert {name}({hidden}) == {hidden_result}\n### END HIDDEN TESTS")
+        test.metadata.nbgrader = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                  "grade_id": f"test_{name}", "schema_version": 3}
+        cells += [answer, test]
+    nb = new_notebook(cells=cells)
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+SNOOP = """import glob, json, socket
+found = {{}}
+for what, pattern in {targets!r}.items():
+    try:
+        found[what] = [open(path, "rb").read()[:1] and path for path in glob.glob(pattern)] or "nothing there"
+    except OSError as error:
+        found[what] = repr(error)
+for path in glob.glob({solution!r}):  # the answers, if they can be read
+    for cell in json.load(open(path))["cells"]:
+        if cell["cell_type"] == "code" and "BEGIN SOLUTION" in "".join(cell["source"]):
+            exec("".join(cell["source"]))
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"answers please")
+    found["server"] = "reached"
+except OSError as error:
+    found["server"] = repr(error)
+print("SNOOP", json.dumps(found))"""
+
+
+class Server:
+    """A TCP server on the host's loopback that counts who reaches it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port, self.reached = self.sock.getsockname()[1], 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.reached += 1
+            conn.close()
+
+
+def _submissions(course, port) -> dict[str, nbformat.NotebookNode]:
+    student = ck.read(course / "release" / ASSIGNMENT / NAME)
+    right = {name: f"def {name}(x):\n    return {body}" for name, (body, _, _) in EXERCISES.items()}
+    snoop = SNOOP.format(port=port, solution=str(course / "source" / ASSIGNMENT / "*.ipynb"), targets={
+        "solutions": str(course / "source" / "*" / "*.ipynb"), "gradebook": str(course / "gradebook.db"),
+        "others": str(course / "submitted" / "right" / "*" / "*.ipynb")})
+    out = {
+        "right": ck.submission_from(student, right),
+        "snoop": ck.submission_from(student, {"double": snoop}),
+        "loop": ck.submission_from(student, {**right, "square": "while True:\n    pass"}),
+        "deleted": ck.submission_from(student, right),
+        "crash": ck.submission_from(student, {**right, "square": "import os\nos._exit(3)"}),
+    }
+    out["deleted"].cells = [c for c in out["deleted"].cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_double"]
+    return out
+
+
+def _course(tmp_path):
+    course = tmp_path / "course"
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+    (course / "tools").mkdir()
+    shutil.copy(ck.ROOT / "nbgrader_config.py", course)
+    shutil.copy(ck.ROOT / "tools" / "grade.py", course / "tools")
+    with open(course / "nbgrader_config.py", "a") as config:  # a scratch layout: source/ and release/
+        config.write('\nc.CourseDirectory.source_directory = "source"\nc.CourseDirectory.release_directory = "release"\n')
+    nbformat.write(_source(), course / "source" / ASSIGNMENT / NAME)
+    ck.nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    return course
+
+
+def _grade(course, *extra) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
+                             "--no-collect", "--jobs", "2", f"--Execute.timeout={CELL_TIMEOUT}",
+                             f"--GradingExecute.submission_timeout={BOUND}", *extra],
+                            env=ck.env(), capture_output=True, text=True)
+    return result, time.monotonic() - started
+
+
+def _snooped(course, student="snoop") -> dict:
+    nb = ck.read(course / "autograded" / student / ASSIGNMENT / NAME)
+    text = "".join(o.get("text", "") for cell in nb.cells for o in cell.get("outputs", []))
+    return json.loads(re.search(r"SNOOP (.*)", text).group(1))
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_class_is_graded_in_the_sandbox(tmp_path):
+    course, server = _course(tmp_path), Server()
+    for name, nb in _submissions(course, server.port).items():
+        ck.submit_as(course, name, ASSIGNMENT, NAME, nb)
+    result, seconds = _grade(course)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout)
+    rows = {row.split()[0]: row for row in result.stdout.splitlines()[1:6]}
+    scores = {name: {g: s for g, (s, _, _) in ck.scores_of(course, ASSIGNMENT, NAME, name).items()} for name in rows}
+
+    assert scores["right"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
+    # The snooper found nothing of the course and no server, so it scores what its own answers earn: nothing.
+    found = _snooped(course)
+    assert found == {"solutions": "nothing there", "gradebook": "nothing there", "others": "nothing there",
+                     "server": found["server"]}, found
+    assert found["server"] != "reached" and server.reached == 0
+    assert scores["snoop"] == {"test_double": 0, "test_square": 0, "test_negate": 0}
+    # An endless loop costs its own exercise and one cell's timeout; the others are graded.
+    assert scores["loop"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
+    assert re.search(r"loop .* test_square \| square \| - \| -$", rows["loop"]), rows["loop"]
+    assert seconds < 2 * BOUND
+    # A deleted test cell comes back from the source (hidden tests included) and the right answer keeps its point.
+    assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
+    # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading went on.
+    assert scores["crash"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
+    assert re.search(r"crash .* test_square \| - \| square \| -$", rows["crash"]), rows["crash"]
+    ck.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
+    html = (course / "feedback" / "crash" / ASSIGNMENT / NAME.replace(".ipynb", ".html")).read_text()
+    assert "KernelDied" in html and "the kernel died while running square (exit status 3)" in html
+
+    # The same snooper without the sandbox: it reads the answers and reaches the server. The test above bites.
+    for name in ("right", "loop", "deleted", "crash"):
+        shutil.rmtree(course / "submitted" / name)
+    result, _ = _grade(course, "--unsandboxed")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _snooped(course)["server"] == "reached" and server.reached == 1
+    assert ck.scores_of(course, ASSIGNMENT, NAME, "snoop")["test_double"][0] == 1, "the answer it ran from solutions/"
+
+
+@pytest.mark.slow
+def test_grading_without_the_sandbox_tool_refuses_and_says_why(tmp_path):
+    course = _course(tmp_path)
+    ck.submit_as(course, "right", ASSIGNMENT, NAME, ck.read(course / "release" / ASSIGNMENT / NAME))
+    env = dict(ck.env(), PATH=os.path.dirname(sys.executable))  # no bwrap on PATH
+    result = subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
+                             "--no-collect"], env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and "the sandbox tool `bwrap` is not installed" in result.stderr, result.stderr
+    assert "apt-get install bubblewrap" in result.stderr and grade.UNSANDBOXED in result.stderr
+    # plain `nbgrader autograde` refuses too: the submission is not graded
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT], cwd=course, env=env,
+                            capture_output=True, text=True)
+    assert "autograde refuses to run: the sandbox tool `bwrap` is not installed" in result.stdout + result.stderr
+    assert result.returncode != 0
+
+
+def test_the_sandbox_shows_only_what_the_kernel_needs():
+    """The command line, for a GPU machine (fake device files) with the course at /srv/course."""
+    cmd = grade.sandbox_command(
+        ["/srv/course/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "/tmp/grade-1/kernel.json"],
+        workdir="/srv/course/autograded/ann/02_x", runtime="/tmp/grade-1", memory=0, cpu_seconds=900,
+        python_dirs=["/srv/course/.venv", "/usr/lib/python3.11"], devices=["/dev/nvidia0", "/dev/nvidiactl"],
+        environ={"NBGRADER_EXECUTION": "autograde", "GPUCOURSE_DATA": "/srv/data", "AWS_SECRET_ACCESS_KEY": "x",
+                 "CUDA_VISIBLE_DEVICES": "0"}, course="/srv/course")
+    joined = " ".join(cmd)
+    assert cmd[:3] == ["prlimit", "--cpu=900", "--core=0"] and "--as=" not in joined, "no address-space limit with GPUs"
+    assert "--unshare-all" in cmd and "--share-net" not in cmd and "--die-with-parent" in cmd
+    assert "--dev-bind /dev/nvidia0 /dev/nvidia0" in joined and "--dev-bind /dev/nvidiactl /dev/nvidiactl" in joined
+    assert "--bind /srv/course/autograded/ann/02_x /srv/course/autograded/ann/02_x" in joined
+    assert "--ro-bind /srv/course/.venv /srv/course/.venv" in joined
+    assert not re.search(r"bind \S*/srv/course /", joined), "the course folder itself is never mounted"
+    assert "--setenv NBGRADER_EXECUTION autograde" in joined and "--setenv CUDA_VISIBLE_DEVICES 0" in joined
+    assert "AWS" not in joined and "/srv/data" not in joined and "--clearenv" in cmd
+    with pytest.raises(RuntimeError, match="holds the course"):
+        grade.sandbox_command(["python"], workdir="/w", runtime="/r", memory=1, cpu_seconds=1, python_dirs=["/srv"],
+                              devices=[], environ={}, course="/srv/course")
