@@ -15,6 +15,9 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # .venv without one was made before there were two sets, i.e. the CPU set. Switching sets rebuilds .venv.
 NVIDIA_SMI ?= nvidia-smi
 SET_FILE := $(VENV)/.gpucourse-set
+ifeq ($(origin GPU)$(filter 0 1,$(GPU)),environment)
+  override GPU :=  # an unrelated GPU variable in the shell's environment (e.g. GPU=nvidia) is not ours
+endif
 ifeq ($(GPU),1)
   SET := gpu
   WHY := GPU=1 was given
