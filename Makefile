@@ -43,7 +43,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: lab test test-fast test-gpu doctor notebooks pins lint clean help FORCE
+.PHONY: lab test test-fast test-gpu doctor notebooks pins grade lint clean help FORCE
 
 help:
 	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
@@ -54,6 +54,7 @@ help:
 	@echo "make doctor     the environment report (paste it into bug reports)"
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
 	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml"
+	@echo "make grade LESSON=NN_topic  collect and autograde a class in the sandbox, a table of scores (README, instructors)"
 	@echo "The set .venv holds: the GPU set where nvidia-smi lists an NVIDIA GPU, else the CPU set; GPU=1 or GPU=0 decides."
 
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
@@ -100,6 +101,11 @@ notebooks: $(STAMP)
 
 pins: $(STAMP)
 	$(BIN)/python tools/sync_pins.py
+
+# Grade a class (tools/grade.py): every submission of LESSON, each kernel sandboxed, as many at once as cores.
+grade: $(STAMP)
+	@test -n "$(LESSON)" || { echo "usage: make grade LESSON=NN_topic [GRADE_JOBS=n] [UNSANDBOXED=1]"; exit 2; }
+	$(BIN)/python tools/grade.py $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
 
 lint: $(STAMP)
 	$(BIN)/ruff check utils tests tools
