@@ -111,7 +111,7 @@ def test_a_torch_that_fails_to_import_is_reported(monkeypatch):
 
 def test_render_has_every_section():
     text = doctor.render(facts(), doctor.diagnose(facts()))
-    for needle in ("NVIDIA driver 580.65", "GPU 0: NVIDIA H100", "PyTorch 2.14.1+cu130", "built for CUDA 13.0",
+    for needle in ("NVIDIA driver 580.65", "GPU 0: NVIDIA H100", "pinned set: ", "PyTorch 2.14.1+cu130", "built for CUDA 13.0",
                    "TensorFlow 2.21.0", "DALI 2.4.0", "Diagnosis:"):
         assert needle in text
 

@@ -253,7 +253,9 @@ def diagnose(facts: dict) -> list[Finding]:
     if not driver.get("found"):
         findings.append(Finding(
             "info",
-            f"No NVIDIA driver found ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU here.",
+            f"No NVIDIA driver found ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU here. "
+            "(TensorFlow's start-up lines \"Could not find cuda drivers\" and \"failed call to cuInit ... (303)\" say "
+            "only this, so gpucourse holds them back.)",
             "For a GPU: on Colab choose Runtime > Change runtime type > a GPU; on your own machine install "
             "NVIDIA's driver until `nvidia-smi` lists the card.",
         ))
@@ -409,7 +411,7 @@ def render(facts: dict, findings: list[Finding]) -> str:
         f"gpucourse {facts.get('gpucourse')} environment report",
         f"  Python {facts.get('python')} on {facts.get('platform')}" + (" (Colab)" if facts.get("colab") else ""),
         "  CUDA_VISIBLE_DEVICES: " + ("(unset)" if visible is None else repr(visible)),
-        f"  pinned set: {facts.get('course_set') or 'not installed by make'}; NVIDIA wheels per CUDA major: "
+        f"  pinned set: {facts.get('course_set') or 'not recorded (not made by `make`)'}; NVIDIA wheels per CUDA major: "
         + (", ".join(f"CUDA {m}: {n}" for m, n in sorted(Counter(
             v for v in ((facts.get("nvidia") or {}).get("packages") or {}).values() if v).items())) or "none"),
     ]
