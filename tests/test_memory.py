@@ -1,6 +1,8 @@
-"""gpucourse.memory: the estimator, the saved-tensor meter, the cap and the batch-size finder (CPU only)."""
+"""gpucourse.memory: the saved-tensor meter, peak memory (its CUDA path on a fake allocator), the estimator, the finder."""
 
 from __future__ import annotations
+
+import weakref
 
 import pytest
 import torch
@@ -15,39 +17,66 @@ def mlp(width: int = 32, depth: int = 3, classes: int = 5) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
-def test_estimate_counts_weights_grads_and_adam_state():
+class FakeAllocator:
+    """CUDA's allocator counters, faked: live bytes are ``other`` + what a step allocates + the model's gradients."""
+
+    def __init__(self, model: nn.Module, other: int):
+        self.model, self.other, self.step_bytes = model, other, 0
+        self.peak = 10**12  # a bigger step ran earlier: without a reset, its peak would be read
+        self.calls: list[str] = []
+
+    def allocated(self, device=None) -> int:
+        grads = sum(p.grad.nbytes for p in self.model.parameters() if p.grad is not None)
+        return self.other + self.step_bytes + grads
+
+    def alloc(self, n: int) -> None:
+        self.step_bytes += n
+        self.peak = max(self.peak, self.allocated())
+
+    def install(self, monkeypatch) -> None:
+        monkeypatch.setattr(torch.cuda, "memory_allocated", self.allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: self.calls.append("max") or self.peak)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.calls.append("sync"))
+
+        def reset(device=None):
+            self.calls.append("reset")
+            self.peak = self.allocated()
+
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+
+
+def test_peak_memory_on_cuda_starts_from_the_same_baseline_in_every_row(monkeypatch):
     model = mlp()
-    params = sum(p.numel() for p in model.parameters())
-    est = memory.estimate_memory(model, (8, 32), optimizer="adam")
-    assert est.weights == est.gradients == 4 * params
-    assert est.optimizer == 2 * 4 * params, "Adam keeps two fp32 moments per parameter"
-    assert memory.estimate_memory(model, (8, 32), optimizer="sgd").optimizer == 0
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    assert memory.estimate_memory(model, (8, 32), optimizer=sgd).optimizer == 4 * params
-    assert est.batch == 8 * 32 * 4
-    assert est.total == est.weights + est.gradients + est.optimizer + est.activations + est.batch
+    x = torch.randn(8, 32)
+    grads = sum(p.nbytes for p in model.parameters())
+    fake = FakeAllocator(model, other=10_000)  # weights, optimizer state, data: alive before and after the step
+    fake.install(monkeypatch)
+
+    def step(zero_grad_first: bool):
+        def run():
+            fake.calls.append("step")
+            if zero_grad_first:
+                model.zero_grad(set_to_none=True)
+            fake.alloc(5_000)  # the activations
+            model(x).sum().backward()  # the gradients appear...
+            fake.alloc(0)  # ...and the allocator sees them while the activations are still counted
+            fake.alloc(-5_000)
+
+        return run
+
+    model(x).sum().backward()  # gradients left alive by an earlier step
+    rows = {first: memory.peak_memory(step(first), "cuda", model=model) for first in (True, False)}
+    assert rows == {True: 5_000 + grads, False: 5_000 + grads}, "activations + gradients, whether or not the step clears them"
+    assert fake.calls[:5] == ["sync", "reset", "step", "sync", "max"], "reset before the step, synchronize before reading"
+    model(x).sum().backward()
+    assert memory.peak_memory(step(True), "cuda") == 5_000, "without model=, the old gradients sit in the baseline"
 
 
-def test_estimate_activations_match_what_autograd_saves_and_scale_with_batch():
+def test_peak_memory_elsewhere_is_the_peak_saved_for_backward():
     model = mlp()
-    # Each ReLU output is saved once (it is also the next Linear's input): 3 per sample of 32 floats.
-    assert memory.estimate_memory(model, (10, 32)).activations == 3 * 10 * 32 * 4
-    assert memory.estimate_memory(model, torch.empty(40, 32)).activations == 3 * 40 * 32 * 4
-
-
-def test_estimate_uses_no_memory_and_leaves_the_model_alone():
-    model = mlp()
-    before = {name: p for name, p in model.named_parameters()}
-    est = memory.estimate_memory(model, (10**7, 32))  # 1.2 GiB of fp32 input: only on the meta device
-    assert est.batch == 10**7 * 32 * 4
-    assert all(p is before[name] and p.device.type == "cpu" for name, p in model.named_parameters())
-
-
-def test_estimate_rejects_bad_input_clearly():
-    with pytest.raises(ValueError, match="unknown optimizer"):
-        memory.estimate_memory(mlp(), (2, 32), optimizer="lion9000")
-    with pytest.raises(TypeError, match="shape tuple"):
-        memory.estimate_memory(mlp(), "a batch")
+    small, large = torch.randn(8, 32), torch.randn(32, 32)
+    peaks = [memory.peak_memory(lambda b=b: model(b).sum().backward(), "cpu", exclude=[b]) for b in (small, large)]
+    assert peaks[1] == 4 * peaks[0] == 4 * 3 * 8 * 32 * 4, "three ReLU outputs saved, linear in the batch"
 
 
 def test_meter_releases_after_backward_and_keeps_a_live_graph():
@@ -69,53 +98,55 @@ def test_meter_releases_after_backward_and_keeps_a_live_graph():
     assert meter.peak == 0
 
 
-def test_graph_nodes():
+def test_estimate_counts_weights_grads_adam_and_what_autograd_saves():
     model = mlp()
-    total = 0
-    for _ in range(3):
-        loss = model(torch.randn(4, 32)).sum()
-        total = total + loss
-    assert memory.graph_nodes(total) > memory.graph_nodes(loss) > 0
-    assert memory.graph_nodes(total.item()) == 0 and memory.graph_nodes(loss.detach()) == 0
+    params = sum(p.numel() for p in model.parameters())
+    est = memory.estimate_memory(model, (10, 32), "adam")
+    assert est.weights == est.gradients == 4 * params and est.optimizer == 2 * 4 * params
+    assert memory.estimate_memory(model, (10, 32), "sgd").optimizer == 0
+    # Each ReLU output is saved once (it is also the next Linear's input): 3 per sample of 32 floats.
+    assert est.activations == 3 * 10 * 32 * 4 and est.batch == 10 * 32 * 4
+    assert memory.estimate_memory(model, torch.empty(40, 32)).activations == 3 * 40 * 32 * 4
+    assert est.total == est.fixed + est.activations + est.batch and "total" in str(est)
 
 
-def test_finder_grows_then_bisects():
+def test_estimate_uses_no_memory_leaves_the_model_alone_and_rejects_bad_input():
+    model = mlp()
+    before = dict(model.named_parameters())
+    assert memory.estimate_memory(model, (10**7, 32)).batch == 10**7 * 32 * 4  # 1.2 GiB, only on meta
+    assert all(p is before[name] and p.device.type == "cpu" for name, p in model.named_parameters())
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        memory.estimate_memory(model, (2, 32), "lion9000")
+    with pytest.raises(ValueError, match="shape tuple"):
+        memory.estimate_memory(model, "a batch")
+
+
+def test_finder_grows_then_bisects_and_halves_a_start_too_large():
     card = memory.SimulatedGPU(total=1000, fixed=100, per_sample=7)  # fits up to 128
     result = memory.find_batch_size(card.step, safety=0.9)
     assert (result.largest, result.first_failing, result.recommended) == (128, 129, 115)
     sizes = [size for size, _ in result.tried]
-    assert sizes[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256], "grows by doubling until the first OOM"
-    assert len(sizes) <= 20 and sizes == card.calls
-
-
-def test_finder_from_a_start_too_large_and_up_to_a_limit():
-    card = memory.SimulatedGPU(total=1000, fixed=100, per_sample=7)
+    assert sizes[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256] and len(sizes) <= 20, "doubles until the first OOM"
     assert memory.find_batch_size(card.step, start=1000).largest == 128
     capped = memory.find_batch_size(card.step, limit=50)
     assert capped.largest == 50 and capped.first_failing is None
 
 
-def test_finder_never_fits_gives_a_clear_error():
-    card = memory.SimulatedGPU(total=100, fixed=100, per_sample=1)
-    with pytest.raises(memory.DoesNotFitError, match="even a batch of 1"):
-        memory.find_batch_size(card.step, start=16)
+def test_finder_errors_are_clear_and_only_ooms_are_caught():
+    with pytest.raises(RuntimeError, match="even a batch of 1"):
+        memory.find_batch_size(memory.SimulatedGPU(total=100, fixed=100, per_sample=1).step, start=16)
 
-
-def test_finder_lets_other_errors_through_and_checks_arguments():
     def broken(batch_size):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
     with pytest.raises(RuntimeError, match="shapes"):
         memory.find_batch_size(broken)
-    with pytest.raises(ValueError):
-        memory.find_batch_size(lambda n: None, start=0)
-    with pytest.raises(ValueError):
-        memory.find_batch_size(lambda n: None, safety=1.5)
+    for bad in ({"start": 0}, {"safety": 1.5}, {"start": 8, "limit": 4}):
+        with pytest.raises(ValueError):
+            memory.find_batch_size(lambda n: None, **bad)
 
 
 def test_finder_frees_what_a_failed_try_held():
-    import weakref
-
     held = []
 
     def step(batch_size):
@@ -128,34 +159,6 @@ def test_finder_frees_what_a_failed_try_held():
     assert all(ref() is None for ref in held), "a failed try's tensors must be freed"
 
 
-def test_cap_checks():
-    assert memory.check_cap(4 * memory.GiB, 16 * memory.GiB) == 0.25
-    with pytest.raises(memory.MemoryCapError, match="larger than the card"):
-        memory.check_cap(100 * memory.GiB, 16 * memory.GiB)
-    with pytest.raises(memory.MemoryCapError, match="positive"):
-        memory.check_cap(0, 16 * memory.GiB)
-    if not torch.cuda.is_available():
-        with pytest.raises(memory.MemoryCapError, match="no CUDA GPU"):
-            memory.cap_memory(memory.GiB, "cpu")
-
-
-def test_peak_memory_on_cpu_and_timeline_from_a_snapshot():
-    model = mlp()
-    small = memory.peak_memory(lambda: model(torch.randn(8, 32)).sum().backward(), "cpu")
-    large = memory.peak_memory(lambda: model(torch.randn(32, 32)).sum().backward(), "cpu")
-    assert large.bytes == 4 * small.bytes > 0
-    snapshot = {"device_traces": [[
-        {"action": "segment_alloc", "size": 4096},
-        {"action": "alloc", "size": 100},
-        {"action": "alloc", "size": 50},
-        {"action": "free_requested", "size": 100},
-        {"action": "free_completed", "size": 100},
-    ]]}
-    assert memory.memory_timeline(snapshot) == ([1, 2, 4], [100, 150, 50])
-    assert memory.memory_timeline({"device_traces": []}) == ([], [])
-
-
-def test_cuda_reading_is_none_off_cuda_and_fmt_bytes():
-    assert memory.cuda_reading("cpu") is None
-    assert memory.fmt_bytes(1536) == "1.50 KiB" and memory.fmt_bytes(None) == "n/a"
-    assert memory.fmt_bytes(3 * memory.GiB) == "3.00 GiB"
+def test_fmt_bytes():
+    assert memory.fmt_bytes(1536) == "1.50 KiB" and memory.fmt_bytes(3 * memory.GiB) == "3.00 GiB"
+    assert memory.fmt_bytes(100) == "100 B"

@@ -11,7 +11,7 @@ frameworks TensorFlow and DALI, imported only when a lesson asks
 plots      the few plots several lessons share
 loaders    DataLoader and tf.data pipelines over the course's JPEG files
 precision  number formats, the autocast dtype for a device, AMP steps
-memory     GPU memory: estimate, measure, cap, find the batch size
+memory     what a training step keeps in memory, its peak, the batch-size finder
 launch     run ``torchrun`` from a notebook, with a timeout
 dali       DALI pipelines over the course's JPEG files, with a CPU-only fallback
 notebook   what every lesson's set-up cell does (seed everything, friendly errors)
