@@ -155,3 +155,11 @@ def test_tf_decode_matches_the_files(root):
     assert image.shape == (16, 16, 3) and image.dtype == tf.float32 and int(label) == labels[7]
     reference = loaders.jpeg_dataset(root)[7][0].permute(1, 2, 0).numpy()
     assert abs(image.numpy() - reference).max() < 0.05, "TensorFlow and PIL decode the same pixels"
+
+
+def test_augmented_jpeg_dataset_rotates_and_flips_like_lesson_05(root):
+    plain = loaders.jpeg_dataset(root, image_size=8)[4][0]
+    torch.manual_seed(0)
+    augmented = torch.stack([loaders.jpeg_dataset(root, image_size=8, augment=True)[4][0] for _ in range(8)])
+    assert augmented.shape == (8, 3, 8, 8) and augmented.dtype == torch.float32
+    assert 0 <= augmented.min() and augmented.max() <= 1 and not all(torch.equal(a, plain) for a in augmented)

@@ -50,6 +50,7 @@ _EXPORTS = {
     "setup_notebook": "notebook",
     "import_tensorflow": "frameworks",
     "import_dali": "frameworks",
+    "import_dali_tf": "frameworks",
     "tf_grow_memory": "frameworks",
 }
 

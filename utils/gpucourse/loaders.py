@@ -70,18 +70,25 @@ def image_transform(image_size: int | None = None):
     return v2.Compose(steps)
 
 
-def jpeg_dataset(root: str | os.PathLike, *, image_size: int | None = None):
+def jpeg_dataset(root: str | os.PathLike, *, image_size: int | None = None, augment: bool = False):
     """The JPEG tree at ``root`` as a ``torchvision.datasets.ImageFolder``.
 
     Each item is ``(image, label)``: a float32 tensor 3 x H x W in [0, 1]
     (decoded by PIL when the item is read, in the worker that reads it) and
     an int label. Everything in it pickles, so any ``num_workers`` and any
-    start method work.
+    start method work. ``augment`` adds lesson 05's training augmentation:
+    a random rotation in [-15, 15] degrees (black corners), then a left-right
+    flip with probability 0.5.
     """
     from torchvision.datasets import ImageFolder
+    from torchvision.transforms import v2
 
     _classes(Path(root))  # a clear message for a wrong root
-    return ImageFolder(str(root), transform=image_transform(image_size))
+    transform = image_transform(image_size)
+    if augment:
+        transform = v2.Compose([transform, v2.RandomRotation(15.0, fill=0), v2.RandomHorizontalFlip(0.5)])
+    return ImageFolder(str(root), transform=transform)
+
 
 
 def available_cores() -> int:

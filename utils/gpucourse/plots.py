@@ -46,3 +46,24 @@ def curves(x, ys: dict, *, xlabel: str, ylabel: str, title: str = "", device=Non
     stamp(ax, device)
     fig.tight_layout()
     return ax
+
+
+def images(rows: dict, *, device=None, n: int = 8):
+    """A grid, one row of ``n`` images per ``{label: images}`` (CHW or HWC; uint8, or float in [0, 1])."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = min(n, *(len(batch) for batch in rows.values()))
+    fig, axes = plt.subplots(len(rows), n, figsize=(1.3 * n, 1.45 * len(rows) + 0.3), squeeze=False)
+    for row, (label, batch) in zip(axes, rows.items(), strict=True):
+        for ax, image in zip(row, batch[:n], strict=True):
+            image = np.asarray(image)
+            if image.shape[0] in (1, 3) and image.shape[-1] not in (1, 3):
+                image = image.transpose(1, 2, 0)  # CHW -> HWC
+            ax.imshow(image if image.dtype == np.uint8 else image.clip(0.0, 1.0))
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+    stamp(axes[0][-1], device)
+    fig.tight_layout()
+    return axes
