@@ -196,3 +196,17 @@ def test_probe_nvidia_packages_reads_this_environment():
         pytest.skip("PyTorch's CUDA 13 wheels are not installed here")
     assert probed["packages"]["nvidia-cudnn-cu13"] == 13 and probed["packages"].get("nvidia-cuda-runtime") == 13
     assert not probed["clashes"], "the CPU set has no file owned twice"
+
+
+def test_probe_driver_reads_nvml(monkeypatch):
+    """The driver probe on a faked NVML (old nvidia-ml-py versions return bytes): what a GPU machine reports."""
+    import types
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlSystemGetDriverVersion=lambda: b"580.65.06",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3", nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30), nvmlDeviceGetUUID=lambda h: "GPU-5e1a")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert doctor.probe_driver() == {"found": True, "version": "580.65.06", "cuda": "13.0", "error": None, "gpus": [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_gib": 80.0, "compute_capability": "9.0", "uuid": "GPU-5e1a"}]}

@@ -63,23 +63,14 @@ def probe_driver() -> dict:
         facts["error"] = _error(exc)
         return facts
     try:
-        facts["found"] = True
-        version = pynvml.nvmlSystemGetDriverVersion()
-        facts["version"] = version.decode() if isinstance(version, bytes) else version
-        facts["cuda"] = _cuda_version(pynvml.nvmlSystemGetCudaDriverVersion())
+        facts.update(found=True, version=_text(pynvml.nvmlSystemGetDriverVersion()),
+                     cuda=_cuda_version(pynvml.nvmlSystemGetCudaDriverVersion()))
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            facts["gpus"].append(
-                {
-                    "index": index,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
-                    "compute_capability": f"{major}.{minor}",
-                    "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-                }
-            )
+            facts["gpus"].append({"index": index, "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                                  "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+                                  "compute_capability": f"{major}.{minor}", "uuid": _text(pynvml.nvmlDeviceGetUUID(handle))})
     except Exception as exc:
         facts["error"] = _error(exc)
     finally:
@@ -351,32 +342,20 @@ def diagnose(facts: dict) -> list[Finding]:
         # its CUDA libraries are the cu12 wheels of its and-cuda extra; adding them beside CUDA 13 ones breaks PyTorch
         add_cuda = (GPU_SET_FIX if 13 in majors or str(torch_.get("cuda", "")).startswith("13") else
                     f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` adds them (Linux, WSL2).")
-        if windows and not tf.get("gpus"):
+        libraries = "installed, so read `nvidia-smi`." if "nvidia-cudnn-cu12" in majors.get(12, []) else "missing."
+        if tf.get("gpus"):
+            findings.append(Finding("ok", f"TensorFlow sees {tf['gpus']} GPU(s)."))
+        elif windows:
             findings.append(Finding(
                 "warning",
                 f"TensorFlow {tf.get('version')} runs on the CPU here: it has no GPU support on native Windows since 2.11.",
                 "Use WSL2 (Ubuntu in the Windows Subsystem for Linux; the Windows NVIDIA driver serves it) and `make lab` "
                 "there. PyTorch does use the GPU on native Windows.",
             ))
-        elif not tf.get("gpus") and "TensorFlow" in too_old:
-            pass
-        elif not tf.get("gpus"):
-            if tf.get("is_cuda_build"):
-                findings.append(Finding(
-                    "error",
-                    f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: its CUDA libraries "
-                    f"(nvidia-cudnn-cu12 and the other CUDA 12 wheels) are " +
-                    ("installed, so read `nvidia-smi`." if "nvidia-cudnn-cu12" in (majors.get(12) or []) else "missing."),
-                    add_cuda,
-                ))
-            else:
-                findings.append(Finding(
-                    "error",
-                    f"TensorFlow {tf.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
-                    add_cuda,
-                ))
-        else:
-            findings.append(Finding("ok", f"TensorFlow sees {tf['gpus']} GPU(s)."))
+        elif "TensorFlow" not in too_old:
+            findings.append(Finding("error", f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: "
+                                    + ("its CUDA libraries (nvidia-cudnn-cu12 and the other CUDA 12 wheels) are " + libraries
+                                       if tf.get("is_cuda_build") else "it is a CPU-only build."), add_cuda))
 
     if not any(f.level in {"error", "warning"} for f in findings):
         findings.append(Finding("ok", "Nothing is wrong: the course will use " + ("the GPU." if gpus else "the CPU.")))
