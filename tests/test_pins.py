@@ -132,14 +132,14 @@ def checkout(tmp_path):
     return tmp_path
 
 
-def make(checkout, *args, gpu_listed=None):
+def make(checkout, *args, gpu_listed=None, **environ):
     """`make -s .venv/.gpucourse-installed ARGS` with nvidia-smi listing `gpu_listed` (None: no nvidia-smi at all)."""
     smi = checkout / "bin" / "nvidia-smi"
     smi.unlink(missing_ok=True)
     if gpu_listed:
         smi.write_text(f"#!/bin/sh\necho 'GPU 0: {gpu_listed} (UUID: GPU-5fd4ab3e-0000)'\n")
         smi.chmod(0o755)
-    env = {"PATH": f"{checkout / 'bin'}:/usr/bin:/bin", "HOME": str(checkout)}
+    env = {"PATH": f"{checkout / 'bin'}:/usr/bin:/bin", "HOME": str(checkout), **environ}
     result = subprocess.run(["make", "-s", ".venv/.gpucourse-installed", f"PYTHON={checkout / 'bin' / 'python-fake'}",
                              *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
     pip_log = checkout / ".venv" / "pip.log"
@@ -173,6 +173,12 @@ def test_gpu_0_and_gpu_1_override_nvidia_smi(checkout, flag, listed, chosen):
 def test_a_wrong_gpu_value_is_refused(checkout):
     result, installs = make(checkout, "GPU=yes")
     assert result.returncode != 0 and "use GPU=1" in result.stderr and not installs
+
+
+def test_an_unrelated_gpu_variable_in_the_shell_is_ignored(checkout):
+    result, installs = make(checkout, gpu_listed="NVIDIA L4", GPU="nvidia")
+    assert "the gpu set (nvidia-smi lists GPU 0: NVIDIA L4" in result.stdout, result.stderr
+    assert make(checkout, GPU="0")[0].stdout.count("GPU=0 was given") == 1, "GPU=0 exported still decides"
 
 
 def test_switching_sets_rebuilds_the_venv_from_scratch_once(checkout):
