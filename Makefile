@@ -27,7 +27,8 @@ else ifeq ($(GPU),0)
 else ifneq ($(GPU),)
   $(error GPU=$(GPU): use GPU=1 (the GPU set) or GPU=0 (the CPU set), or leave it out to let nvidia-smi decide)
 else
-  FOUND_GPU := $(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -m1 '^GPU ' | sed 's/ .UUID: .*//')
+  # WSL2 keeps nvidia-smi in /usr/lib/wsl/lib, not always on PATH
+  FOUND_GPU := $(shell { $(NVIDIA_SMI) -L || /usr/lib/wsl/lib/nvidia-smi -L; } 2>/dev/null | grep -m1 '^GPU ' | sed 's/ .UUID: .*//')
   SET := $(if $(FOUND_GPU),gpu,cpu)
   WHY := $(if $(FOUND_GPU),nvidia-smi lists $(strip $(FOUND_GPU)),nvidia-smi lists no NVIDIA GPU here); GPU=0 or GPU=1 overrides
 endif
