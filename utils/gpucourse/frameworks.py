@@ -138,8 +138,9 @@ def import_tensorflow(*, grow_memory: bool = True, verbose: bool = True):
         if course_set() == "gpu":
             raise GPURequiredError(f"GPUCOURSE_REQUIRE_GPU=1 and the GPU set is installed, but TensorFlow sees no GPU "
                                    f"({build}). Run `python -m gpucourse doctor`.")
-        print(f"TensorFlow here sees no GPU ({build}; the GPU set, `make lab GPU=1`, has its CUDA libraries): its "
-              "cells are skipped and not validated on GPU.")
+        if verbose:
+            print(f"TensorFlow here sees no GPU ({build}; the GPU set, `make lab GPU=1`, has its CUDA libraries): its "
+                  "cells are skipped and not validated on GPU.")
         return None
     from .notebook import seed_tensorflow
 
