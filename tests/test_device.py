@@ -182,3 +182,17 @@ def test_why_no_cuda_names_a_missing_gpu_index(monkeypatch):
 
 def test_why_no_pinning_without_cuda(no_cuda):
     assert "needs CUDA" in dev.why_no_pinning()
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [(None, (torch.bfloat16, False)), ((6, 1), (torch.float32, False)), ((7, 0), (torch.float16, True)),
+     ((7, 5), (torch.float16, True)), ((8, 0), (torch.bfloat16, False)), ((9, 0), (torch.bfloat16, False)),
+     ((12, 0), (torch.bfloat16, False))],
+)
+def test_amp_dtype_follows_the_compute_capability(capability, expected):
+    import dataclasses
+
+    facts = dataclasses.replace(dev.device_facts("cpu"), compute_capability=capability)
+    assert dev.amp_dtype(facts) == expected
+    assert gpucourse.amp_dtype(facts) == expected

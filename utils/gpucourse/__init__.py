@@ -9,8 +9,7 @@ data       the course's deterministic image set (memory or JPEG tree)
 models     the course's small CNN
 frameworks TensorFlow and DALI, imported only when a lesson asks
 plots      the few plots several lessons share
-loaders    DataLoader and tf.data pipelines over the course's JPEG files
-precision  number formats, the autocast dtype for a device, AMP steps
+loaders    the course's JPEG files as a dataset; where a training loop's time goes
 memory     what a training step keeps in memory, its peak, the batch-size finder
 launch     run ``torchrun`` from a notebook, with a timeout
 dali       DALI pipelines over the course's JPEG files, with a CPU-only fallback
@@ -37,6 +36,7 @@ _EXPORTS = {
     "DeviceError": "device",
     "GPURequiredError": "device",
     "is_colab": "device",
+    "amp_dtype": "device",
     "workload": "device",
     "is_grading": "device",
     "benchmark": "timing",

@@ -288,3 +288,17 @@ def device_facts(device=None) -> DeviceFacts:
         colab=is_colab(),
     )
 
+
+def amp_dtype(facts: DeviceFacts) -> tuple:
+    """``(dtype, use_scaler)`` for ``torch.autocast`` on the device ``facts`` describe (lesson 04's rule).
+
+    bf16 without a scaler from compute capability 8.0 and on a CPU; fp16 with a
+    ``GradScaler`` on 7.x (V100, T4); float32, autocast off, before tensor cores.
+    """
+    import torch
+
+    if facts.compute_capability is None or facts.compute_capability >= BF16_TF32_FROM:
+        return torch.bfloat16, False
+    if facts.compute_capability >= TENSOR_CORES_FROM:
+        return torch.float16, True
+    return torch.float32, False

@@ -67,3 +67,27 @@ def images(rows: dict, *, device=None, n: int = 8):
     stamp(axes[0][-1], device)
     fig.tight_layout()
     return axes
+
+
+def stacked_bars(labels, parts: dict, *, xlabel: str, title: str = "", device=None, notes=None):
+    """Horizontal bars, one per label, each split into ``{part name: values}`` stacked left to right.
+
+    ``notes`` (one string per bar) is written at the end of each bar.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 0.55 * len(labels) + 1.8))
+    left = [0.0] * len(labels)
+    for (name, values), color in zip(parts.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+        ax.barh(labels, values, left=left, color=color, label=name)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    for y, note in enumerate(notes or []):
+        ax.text(left[y], y, f" {note}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_xlim(0, 1.35 * max(left))
+    ax.set_title(title, loc="left", fontsize=11)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(parts), fontsize=8, frameon=False)
+    stamp(ax, device)
+    fig.tight_layout()
+    return ax
