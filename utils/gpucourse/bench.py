@@ -100,7 +100,7 @@ def _matmul_tflops(device, dtype, n: int, tf32: bool, min_run_time: float) -> fl
         while time.perf_counter() < until:
             torch.matmul(a, b)
             torch.cuda.synchronize(a.device)
-        timing = benchmark(torch.matmul, a, b, device=device, min_run_time=min_run_time, warmup=5)
+        timing = benchmark(torch.matmul, a, b, device=device, min_run_time=min_run_time, min_runs=1, warmup=5)
     return timing.rate(2 * n**3) / 1e12
 
 
@@ -117,7 +117,7 @@ def _copy_gbps(device, nbytes: int, min_run_time: float, source: str = "device")
         origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8).pin_memory() if source == "pinned" \
             else torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    timing = benchmark(target.copy_, origin, device=device, min_run_time=min_run_time, warmup=3)
+    timing = benchmark(target.copy_, origin, device=device, min_run_time=min_run_time, min_runs=1, warmup=3)
     moved = 2 * nbytes if source == "device" else nbytes  # on the device a copy reads and writes every byte
     return timing.rate(moved) / 1e9
 

@@ -78,23 +78,22 @@ def benchmark(
     from torch.utils import benchmark as tb
 
     cuda = _cuda_device(device, [*args, *kwargs.values()])
+    if cuda is None and torch.cuda.is_available():
+        cuda = torch.device("cuda", torch.cuda.current_device())  # CPU work may still wait on queued GPU work
 
     def clock() -> float:
-        if cuda is not None:
-            torch.cuda.synchronize(cuda)  # this GPU, not merely the current one
-        elif torch.cuda.is_available():
-            torch.cuda.synchronize()
+        torch.cuda.synchronize(cuda)  # this GPU, not merely the current one
         return timeit.default_timer()
 
     for _ in range(warmup):
         fn(*args, **kwargs)
     timer = tb.Timer(stmt="fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
-                     timer=clock, num_threads=torch.get_num_threads())  # Timer's default is one thread
+                     timer=timeit.default_timer if cuda is None else clock, num_threads=torch.get_num_threads())  # Timer's default is one thread
     times: list[float] = []
     while len(times) < max(min_runs, 2):
         times += timer.blocked_autorange(min_run_time=min_run_time).times
     quartiles = statistics.quantiles(times, n=4)
     if device is None:
-        device = cuda or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = cuda or "cpu"
     return Timing(median=statistics.median(times), iqr=quartiles[2] - quartiles[0], runs=len(times),
                   device=str(device), label=label)
