@@ -12,7 +12,6 @@ plots      the few plots several lessons share
 loaders    the course's JPEG files as a dataset; where a training loop's time goes
 memory     what a training step keeps in memory, its peak, the batch-size finder
 launch     run ``torchrun`` from a notebook, with a timeout
-dali       DALI pipelines over the course's JPEG files, with a CPU-only fallback
 notebook   what every lesson's set-up cell does (seed everything, friendly errors)
 doctor     ``python -m gpucourse doctor``: the environment report
 bench      ``python -m gpucourse bench``: the machine's report card (matmul TFLOP/s, copy GB/s vs. peak)
@@ -50,6 +49,7 @@ _EXPORTS = {
     "setup_notebook": "notebook",
     "import_tensorflow": "frameworks",
     "import_dali": "frameworks",
+    "import_dali_tf": "frameworks",
     "import_dali_tf": "frameworks",
     "tf_grow_memory": "frameworks",
 }
