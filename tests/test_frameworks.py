@@ -50,13 +50,6 @@ def test_a_missing_dali_tf_plugin_is_one_clear_sentence(monkeypatch, capsys):
     assert "TensorFlow plugin is not installed" in capsys.readouterr().out
 
 
-def test_a_missing_dali_tf_plugin_is_one_clear_sentence(monkeypatch, capsys):
-    monkeypatch.setattr(gpucourse.frameworks, "import_tensorflow", lambda verbose=True: object())  # TF there, no plugin
-    monkeypatch.setitem(sys.modules, "nvidia.dali.plugin.tf", None)
-    assert gpucourse.import_dali_tf() is None
-    assert "TensorFlow plugin is not installed" in capsys.readouterr().out
-
-
 @pytest.mark.slow
 def test_tensorflow_loads_with_memory_growth_and_the_seed():
     code = (

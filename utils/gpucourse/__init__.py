@@ -50,7 +50,6 @@ _EXPORTS = {
     "import_tensorflow": "frameworks",
     "import_dali": "frameworks",
     "import_dali_tf": "frameworks",
-    "import_dali_tf": "frameworks",
     "tf_grow_memory": "frameworks",
 }
 
