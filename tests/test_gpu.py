@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import gpucourse
-from gpucourse import bench, doctor, memory, precision
+from gpucourse import bench, doctor, memory
 
 pytestmark = pytest.mark.gpu
 MiB, GiB = 2**20, 2**30
@@ -137,10 +137,11 @@ def test_device_facts_agree_with_torch_and_the_driver(cuda):
     with torch.cuda.device(cuda):
         assert facts.bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
     assert facts.tf32 == facts.bf16 == (facts.compute_capability >= (8, 0))
-    plan = precision.amp_plan(cuda)
-    assert plan.dtype == (torch.bfloat16 if facts.bf16 else torch.float16) and plan.use_scaler == (not facts.bf16)
-    with plan.autocast():
-        assert (torch.ones(8, 8, device=cuda) @ torch.ones(8, 8, device=cuda)).dtype == plan.dtype
+    dtype, use_scaler = gpucourse.amp_dtype(facts)
+    assert dtype == (torch.bfloat16 if facts.bf16 else torch.float16) and use_scaler == (not facts.bf16)
+    with torch.autocast(device_type="cuda", dtype=dtype):
+        assert (torch.ones(8, 8, device=cuda) @ torch.ones(8, 8, device=cuda)).dtype == dtype
+    assert torch.amp.GradScaler("cuda", enabled=use_scaler).is_enabled() == use_scaler
     driver = doctor.probe_driver()
     capability = ".".join(map(str, facts.compute_capability))
     assert any(g["name"] == facts.name and g["compute_capability"] == capability for g in driver["gpus"]), driver

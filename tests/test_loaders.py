@@ -1,4 +1,4 @@
-"""gpucourse.loaders: the JPEG dataset, worker counts, the wait-vs-compute measurement, spawn safety."""
+"""gpucourse.loaders: the JPEG dataset, worker counts, the overlapped wait-vs-step measurement, spawn safety."""
 
 import subprocess
 import sys
@@ -55,10 +55,6 @@ def test_num_workers_caps_at_the_cores_with_a_message(monkeypatch, capsys):
             loaders.num_workers(bad)
 
 
-def test_available_cores_is_positive():
-    assert 1 <= loaders.available_cores() <= (__import__("os").cpu_count() or 1)
-
-
 class FakeClock:
     def __init__(self):
         self.now = 0.0
@@ -67,9 +63,15 @@ class FakeClock:
         return self.now
 
 
-def test_measure_splits_waiting_from_computing(monkeypatch):
-    clock = FakeClock()
+def test_measure_splits_waiting_from_the_rest_and_synchronizes_only_at_the_ends(monkeypatch):
+    clock, events = FakeClock(), []
     monkeypatch.setattr(loaders.time, "perf_counter", clock)
+
+    def fake_gpu_sync():  # the GPU still had 2 s of queued work whenever the loop synchronizes
+        events.append("sync")
+        clock.now += 2.0
+
+    monkeypatch.setattr(loaders, "_synchronizer", lambda device: fake_gpu_sync)
 
     def slow_batches():
         for _ in range(6):
@@ -77,14 +79,20 @@ def test_measure_splits_waiting_from_computing(monkeypatch):
             yield torch.zeros(5, 2), torch.zeros(5)
 
     def step(batch):
-        clock.now += 1.0  # the step takes 1 s
+        events.append("step")
+        clock.now += 1.0  # launching the step takes 1 s on the host
 
-    stats = loaders.measure(slow_batches(), step, label="slow")
+    stats = loaders.measure(slow_batches(), step, device="cuda", label="slow")
+    assert events == ["step", "sync"] + ["step"] * 5 + ["sync"], "no synchronize between steps: loading overlaps compute"
     assert (stats.batches, stats.samples) == (5, 25), "the warm-up batch is not counted"
-    assert stats.wait_s == 15.0 and stats.compute_s == 5.0 and stats.startup_s == 4.0
-    assert stats.wait_fraction == 0.75 and stats.samples_per_s == 25 / 20
-    assert "75% of the time waiting" in str(stats) and stats.as_dict()["waiting %"] == 75.0
-    assert loaders.measure(slow_batches(), step, max_batches=2, warmup=0).batches == 2
+    assert stats.startup_s == 6.0, "warm-up: 3 s loading, 1 s step, 2 s of GPU work finished"
+    assert stats.wait_s == 15.0 and stats.total_s == 22.0 and stats.compute_s == 7.0, "the last GPU work counts"
+    assert stats.wait_fraction == 15 / 22 and stats.samples_per_s == 25 / 22
+    assert "68% of the time waiting" in str(stats)
+
+
+def test_measure_does_not_synchronize_a_cpu():
+    assert loaders._synchronizer("cpu")() is None and loaders._synchronizer(None)() is None
 
 
 def test_measure_counts_samples_in_nested_batches():
@@ -98,8 +106,6 @@ def test_measure_explains_empty_and_bad_input():
         loaders.measure([], lambda b: None)
     with pytest.raises(ValueError, match="only the warm-up"):
         loaders.measure([torch.zeros(1, 1)], lambda b: None)
-    with pytest.raises(ValueError, match="max_batches"):
-        loaders.measure([torch.zeros(1, 1)] * 2, lambda b: None, max_batches=0)
     with pytest.raises(TypeError, match="batch size"):
         loaders.measure(["text", "more"], lambda b: None, warmup=0)
 
@@ -109,15 +115,15 @@ def test_epochs_repeats_the_loader():
     assert [len(b) for b in loaders.epochs(loader, 3)] == [4, 2] * 3
 
 
-def test_plot_stacks_waiting_on_computing():
+def test_stacked_bars_stack_the_parts():
     import matplotlib
 
     matplotlib.use("Agg")
-    stats = [loaders.LoaderStats("a", 2, 8, 1.0, 3.0, 0.1), loaders.LoaderStats("b", 4, 16, 0.0, 2.0, 0.1)]
-    ax = loaders.plot(stats, device="test")
+    ax = gpucourse.plots.stacked_bars(["a", "b"], {"computing": [1.5, 0.5], "waiting": [0.5, 0.0]},
+                                      xlabel="ms", device="test", notes=["x", "y"])
     compute, wait = ax.containers
-    assert [bar.get_width() for bar in compute] == [1500.0, 500.0]
-    assert [bar.get_width() for bar in wait] == [500.0, 0.0] and wait[0].get_x() == 1500.0
+    assert [bar.get_width() for bar in compute] == [1.5, 0.5]
+    assert [bar.get_width() for bar in wait] == [0.5, 0.0] and wait[0].get_x() == 1.5
 
 
 SPAWNED = """
@@ -144,17 +150,6 @@ def test_spawned_workers_finish_and_do_not_hang(root):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "seen 12" in result.stdout
-
-
-def test_tf_decode_matches_the_files(root):
-    tf = gpucourse.import_tensorflow(verbose=False)
-    if tf is None:
-        pytest.skip("TensorFlow is not installed")
-    paths, labels, _ = loaders.image_files(root)
-    image, label = loaders.tf_decode_jpeg(16)(paths[7], labels[7])
-    assert image.shape == (16, 16, 3) and image.dtype == tf.float32 and int(label) == labels[7]
-    reference = loaders.jpeg_dataset(root)[7][0].permute(1, 2, 0).numpy()
-    assert abs(image.numpy() - reference).max() < 0.05, "TensorFlow and PIL decode the same pixels"
 
 
 def test_augmented_jpeg_dataset_rotates_and_flips_like_lesson_05(root):

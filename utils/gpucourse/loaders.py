@@ -1,27 +1,24 @@
-"""Input pipelines: the course's JPEG files through a loader, and where the time goes.
+"""Input pipelines: the course's JPEG files as a dataset, and where a training loop's time goes.
 
 ``jpeg_dataset`` reads the ImageFolder tree that ``gpucourse.write_image_folder``
 writes (PIL decodes, torchvision transforms) as a ``torchvision`` ImageFolder.
 It lives here, in an importable module, on purpose: ``DataLoader`` workers
 started with ``spawn`` or ``forkserver`` (the default on macOS, on Windows and
 from Python 3.14 on Linux) receive the dataset by pickling, and a class
-defined in a notebook cannot be pickled into them.
+defined in a notebook cannot be pickled into them. ``image_files`` lists the
+same files with the same labels for ``tf.data``.
 
-``image_files`` lists the same files with the same labels for ``tf.data``, and
-``tf_decode_jpeg`` decodes them with TensorFlow (imported only when called).
-
-``measure`` runs a training step over any iterable of batches (a
-``DataLoader``, a ``tf.data.Dataset``) and splits the wall time into time
-spent *waiting for the next batch* and time spent *computing*, so an
-input-bound loop shows itself. ``num_workers`` picks a safe worker count and
-explains when more were asked for than the machine has cores.
+``measure`` is the loop lesson 03 writes in its cells (time ``next()`` apart
+from the step, synchronize once at the end), kept here for lesson 05.
+``num_workers`` picks a safe worker count and explains a request for more
+workers than the machine has cores.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,18 +120,19 @@ def num_workers(requested: int | None = None, *, verbose: bool = True) -> int:
 
 @dataclass(frozen=True)
 class LoaderStats:
-    """What ``measure`` found: where the time of a training loop went."""
+    """Where the time of a training loop went (``measure``'s result)."""
 
     label: str
     batches: int
     samples: int
-    wait_s: float  # waiting for the next batch (the loader's fault)
-    compute_s: float  # the step: copy to the device, forward, backward, update
-    startup_s: float  # until the first batch arrived (starting workers, first decode)
+    wait_s: float  # blocked in next(): the loader's share
+    total_s: float  # the whole loop, until the GPU finished its last step
+    startup_s: float  # the warm-up batches: starting workers, first decode, first kernels
 
     @property
-    def total_s(self) -> float:
-        return self.wait_s + self.compute_s
+    def compute_s(self) -> float:
+        """Everything but waiting: the steps, including the GPU work still queued at the end."""
+        return self.total_s - self.wait_s
 
     @property
     def samples_per_s(self) -> float:
@@ -145,21 +143,11 @@ class LoaderStats:
         """Share of the loop spent waiting for input: near 0 is good, near 1 is input-bound."""
         return self.wait_s / self.total_s if self.total_s > 0 else float("nan")
 
-    def as_dict(self) -> dict:
-        return {
-            "samples/s": round(self.samples_per_s, 1),
-            "waiting %": round(100 * self.wait_fraction, 1),
-            "wait s": round(self.wait_s, 3),
-            "compute s": round(self.compute_s, 3),
-            "start-up s": round(self.startup_s, 3),
-        }
-
     def __str__(self) -> str:
         name = f"{self.label}: " if self.label else ""
         return (
             f"{name}{self.samples_per_s:,.0f} samples/s, {100 * self.wait_fraction:.0f}% of the time waiting for "
-            f"input ({self.batches} batches; wait {self.wait_s:.3f} s, compute {self.compute_s:.3f} s, "
-            f"first batch after {self.startup_s:.3f} s)"
+            f"input ({self.batches} batches in {self.total_s:.3f} s, first batch after {self.startup_s:.3f} s)"
         )
 
 
@@ -183,57 +171,42 @@ def _synchronizer(device) -> Callable[[], None]:
     return lambda: None
 
 
-def measure(
-    batches: Iterable,
-    step: Callable[[Any], Any],
-    *,
-    device=None,
-    max_batches: int | None = None,
-    warmup: int = 1,
-    label: str = "",
-) -> LoaderStats:
-    """Run ``step(batch)`` over ``batches`` and split the time into waiting vs computing.
+def measure(batches: Iterable, step: Callable[[Any], Any], *, device=None, warmup: int = 1, label: str = "") -> LoaderStats:
+    """Run ``step(batch)`` over ``batches`` as a training loop does, and split its time.
 
-    Waiting is the time ``next()`` takes to hand over a batch; computing is
-    the time ``step`` takes, synchronized with the GPU when ``device`` is a
-    CUDA device (so asynchronous kernels are counted where they run). A
-    TensorFlow step should read a value it computed (e.g. ``float(loss)``) so
-    that its work is finished when it returns. The first ``warmup`` batches
-    run but are not counted; their time is reported as ``startup_s``.
-    Stops after ``max_batches`` counted batches or at the end of ``batches``.
+    Waiting is the time ``next()`` blocks; the rest of the wall time is the
+    step's. There is no synchronization between steps, so on a GPU the host
+    fetches the next batch while the last step's kernels still run, as in real
+    training; the GPU is synchronized after the warm-up and once at the end, so
+    all its work is counted. A TensorFlow step should read a value it computed
+    (``float(loss)``) so its work is done when it returns. The first ``warmup``
+    batches are not counted; their time is ``startup_s``.
     """
-    if max_batches is not None and max_batches < 1:
-        raise ValueError(f"max_batches must be at least 1, got {max_batches}")
     sync = _synchronizer(device)
     iterator = iter(batches)
     start = time.perf_counter()
     for _ in range(warmup):
         try:
-            batch = next(iterator)
+            step(next(iterator))
         except StopIteration:
             raise ValueError("the loader ran out during the warm-up: give it more batches or lower warmup") from None
-        step(batch)
-        sync()
-    startup = time.perf_counter() - start
-    wait = compute = 0.0
-    count = samples = 0
-    while max_batches is None or count < max_batches:
+    sync()
+    begin = time.perf_counter()
+    wait, count, samples = 0.0, 0, 0
+    while True:
         t0 = time.perf_counter()
         try:
             batch = next(iterator)
         except StopIteration:
             break
-        t1 = time.perf_counter()
+        wait += time.perf_counter() - t0
         step(batch)
-        sync()
-        t2 = time.perf_counter()
-        wait += t1 - t0
-        compute += t2 - t1
         count += 1
         samples += _batch_size(batch)
+    sync()
     if count == 0:
         raise ValueError("no batch was measured: the loader yielded only the warm-up batches")
-    return LoaderStats(label, count, samples, wait, compute, startup)
+    return LoaderStats(label, count, samples, wait, time.perf_counter() - begin, begin - start)
 
 
 def epochs(loader: Iterable, n: int) -> Iterator:
@@ -244,49 +217,3 @@ def epochs(loader: Iterable, n: int) -> Iterator:
     """
     for _ in range(n):
         yield from loader
-
-
-def plot(stats: Sequence[LoaderStats], *, device=None, title: str = "Where the loop's time goes"):
-    """Stacked bars, one per ``LoaderStats``: milliseconds per batch waiting vs computing."""
-    import matplotlib.pyplot as plt
-
-    from .plots import stamp
-
-    labels = [s.label for s in stats]
-    wait = [1e3 * s.wait_s / s.batches for s in stats]
-    compute = [1e3 * s.compute_s / s.batches for s in stats]
-    fig, ax = plt.subplots(figsize=(6.5, 0.55 * len(stats) + 1.8))
-    ax.barh(labels, compute, color="tab:blue", label="computing (the step)")
-    ax.barh(labels, wait, left=compute, color="tab:orange", label="waiting for the next batch")
-    for y, s in enumerate(stats):
-        ax.text(compute[y] + wait[y], y, f" {s.samples_per_s:,.0f} samples/s", va="center", fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("milliseconds per batch")
-    ax.set_xlim(0, 1.35 * max(c + w for c, w in zip(compute, wait, strict=True)))
-    ax.set_title(title, loc="left", fontsize=11)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
-    stamp(ax, device)
-    fig.tight_layout()
-    return ax
-
-
-def tf_decode_jpeg(image_size: int):
-    """A ``tf.data`` map function ``(path, label) -> (image, label)``.
-
-    It reads and decodes one JPEG with TensorFlow into a float32
-    ``image_size`` x ``image_size`` x 3 tensor in [0, 1] (TensorFlow's
-    channels-last layout; the resize also gives the pipeline a known shape).
-    TensorFlow is imported when this is called, not before.
-    """
-    from .frameworks import load_triton_before_tensorflow
-
-    load_triton_before_tensorflow()
-    import tensorflow as tf
-
-    def decode(path, label):
-        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
-        image = tf.image.convert_image_dtype(image, tf.float32)  # uint8 -> [0, 1]
-        image = tf.image.resize(image, (image_size, image_size), antialias=True)
-        return image, label
-
-    return decode

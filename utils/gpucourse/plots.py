@@ -78,7 +78,7 @@ def stacked_bars(labels, parts: dict, *, xlabel: str, title: str = "", device=No
 
     fig, ax = plt.subplots(figsize=(6.5, 0.55 * len(labels) + 1.8))
     left = [0.0] * len(labels)
-    for (name, values), color in zip(parts.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+    for (name, values), color in zip(parts.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=False):
         ax.barh(labels, values, left=left, color=color, label=name)
         left = [a + b for a, b in zip(left, values, strict=True)]
     for y, note in enumerate(notes or []):
