@@ -87,7 +87,6 @@ def jpeg_dataset(root: str | os.PathLike, *, image_size: int | None = None, augm
     return ImageFolder(str(root), transform=transform)
 
 
-
 def available_cores() -> int:
     """CPU cores this process may use (the affinity mask in a container, else the machine's count)."""
     if hasattr(os, "sched_getaffinity"):
