@@ -105,17 +105,13 @@ def _matmul_tflops(device, dtype, n: int, tf32: bool, min_run_time: float) -> fl
 
 
 def _copy_gbps(device, nbytes: int, min_run_time: float, source: str = "device") -> float:
-    """GB/s of ``target.copy_(source)`` into ``device``, from ``source`` memory: "device", "pageable" or "pinned"."""
+    """GB/s of ``target.copy_(origin)`` into ``device``, from ``source`` memory: "device", "pageable" or "pinned"."""
     import torch
 
     from .timing import benchmark
 
-    if source == "device":
-        generator = torch.Generator(device=device).manual_seed(0)
-        origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device, generator=generator)
-    else:
-        origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8).pin_memory() if source == "pinned" \
-            else torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device if source == "device" else "cpu")
+    origin = origin.pin_memory() if source == "pinned" else origin
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
     timing = benchmark(target.copy_, origin, device=device, min_run_time=min_run_time, min_runs=1, warmup=3)
     moved = 2 * nbytes if source == "device" else nbytes  # on the device a copy reads and writes every byte
