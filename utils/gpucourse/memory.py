@@ -129,11 +129,8 @@ class MemoryEstimate:
 
 
 def estimate_memory(model: nn.Module, example, optimizer: str = "adam") -> MemoryEstimate:
-    """One fp32 training step of ``model`` on a batch like ``example`` (a tensor or a shape tuple).
-
-    The forward pass runs on the ``meta`` device (parameters swapped for meta twins and put back after), so
-    any batch size can be asked about. Not counted: the CUDA context, cached blocks, temporaries.
-    """
+    """One fp32 step of ``model`` on a batch like ``example`` (tensor or shape), run on ``meta``: no memory used.
+    Parameters are swapped for meta twins and put back. Not counted: CUDA context, cached blocks, temporaries."""
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}: give one of {', '.join(OPTIMIZER_STATES)}")
     if not isinstance(example, torch.Tensor | tuple | list):
@@ -158,8 +155,7 @@ def estimate_memory(model: nn.Module, example, optimizer: str = "adam") -> Memor
 
 @dataclass
 class SimulatedGPU:
-    """A pretend card for CPU runs: ``step(batch_size)`` raises ``torch.OutOfMemoryError``
-    when ``fixed + per_sample * batch_size`` bytes exceed ``total``, with a message that says it is simulated."""
+    """A pretend card: ``step(n)`` raises ``torch.OutOfMemoryError`` when ``fixed + per_sample * n > total``."""
 
     total: int
     fixed: int
@@ -182,12 +178,9 @@ class BatchSizeResult:
 
 
 def find_batch_size(try_batch: Callable[[int], object], *, start=1, limit=2**16, safety=0.9) -> BatchSizeResult:
-    """The largest batch size for which ``try_batch(batch_size)`` runs without ``torch.OutOfMemoryError``.
-
-    Doubles from ``start`` until an OOM or ``limit``, then bisects (halving first if ``start`` fails).
-    After every try, outside the ``except`` block: ``gc.collect()`` and, on CUDA, ``empty_cache()``.
-    Only OOMs are caught: any other error is a bug in ``try_batch`` and propagates.
-    """
+    """The largest batch size for which ``try_batch(batch_size)`` runs without ``torch.OutOfMemoryError``:
+    double from ``start`` until an OOM or ``limit`` (halve first if ``start`` fails), then bisect, freeing
+    memory after every try. Any other error is a bug in ``try_batch`` and propagates."""
     if not (isinstance(start, int) and isinstance(limit, int)) or not 1 <= start <= limit:
         raise ValueError(f"need whole numbers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
     if not 0 < safety <= 1:
