@@ -161,11 +161,18 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     assert scores["loop"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
     assert re.search(r"loop .* test_square \| square \| - \| -$", rows["loop"]), rows["loop"]
     assert seconds < 2 * BOUND
+    graded = ck.read(course / "autograded" / "loop" / ASSIGNMENT / NAME)
+    assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), "the feedback names it"
     # A deleted test cell comes back from the source (hidden tests included) and the right answer keeps its point.
     assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
     # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading went on.
     assert scores["crash"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
     assert re.search(r"crash .* test_square \| - \| square \| -$", rows["crash"]), rows["crash"]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        comment = gb.find_comment("square", NAME.removesuffix(".ipynb"), ASSIGNMENT, "crash").auto_comment
+    assert comment.startswith("the kernel died while running square"), comment
     ck.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
     html = (course / "feedback" / "crash" / ASSIGNMENT / NAME.replace(".ipynb", ".html")).read_text()
     assert "KernelDied" in html and "the kernel died while running square (exit status 3)" in html

@@ -31,6 +31,7 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import SaveAutoGrades as _SaveAutoGrades
 from traitlets import Bool, Integer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,6 +163,7 @@ class GradingExecute(Execute):
         why = f"no reply within {self.timeout} s: the cell was interrupted and grading went on"
         self.error_on_timeout = {"ename": TIMEOUT, "evalue": why, "traceback": [f"{TIMEOUT}: {why}"]}
         killers: list[int] = []
+        self._slowest, started = (0.0, ""), time.monotonic()
         with tempfile.TemporaryDirectory(prefix="grade-", dir="/tmp" if os.path.isdir("/tmp") else None) as runtime:
             self._runtime = runtime
             while True:
@@ -172,6 +174,10 @@ class GradingExecute(Execute):
                 if len(killers) > self.kernel_deaths:
                     self._not_run(f"the kernel died {len(killers)} times")
                     break
+        seconds, name = self._slowest
+        log = self.log.warning if self.timeout and seconds > self.timeout / 2 else self.log.info
+        log("ran in %.0f s; the slowest cell, %s, took %.1f s (timeout %s s)", time.monotonic() - started, name,
+            seconds, self.timeout)
         return self.nb, self.resources
 
     def _not_run(self, why: str, start: int | None = None) -> None:
@@ -189,12 +195,21 @@ class GradingExecute(Execute):
         left = max(1, int(self._deadline - time.monotonic()))
         return min(timeout, left) if timeout else left
 
+    async def _async_handle_timeout(self, timeout, cell=None):
+        reply = await super()._async_handle_timeout(timeout, cell)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id") if cell is not None else None
+        if reply and grade_id:  # name the cell, as the feedback and the formgrader show its error
+            why = f"{grade_id} gave no reply within {timeout} s: it was interrupted and grading went on"
+            reply["content"].update(evalue=why, traceback=[f"{TIMEOUT}: {why}"])
+        return reply
+
     def preprocess_cell(self, cell, resources, index):
         if self._died_at is not None or (cell.get("outputs") and cell.outputs[0].get("ename") == DIED):
             return cell, self.resources  # after a death: skipped now; the cell that killed the kernel: never rerun
         if time.monotonic() > self._deadline and cell.cell_type == "code" and cell.source.strip():
             cell.outputs = [_error(NOT_RUN, f"not run: the submission's {self.submission_timeout} s were spent")]
             return cell, self.resources
+        started = time.monotonic()
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -206,12 +221,27 @@ class GradingExecute(Execute):
                                          "re-ran the cells before it and grading went on after it")]
             self.log.warning("%s killed the kernel%s", cell_name(cell, index), how)
             return cell, self.resources
+        finally:
+            self._slowest = max(self._slowest, (time.monotonic() - started, cell_name(cell, index)))
+
+
+class SaveAutoGrades(_SaveAutoGrades):
+    """nbgrader's SaveAutoGrades; an answer cell that timed out or killed the kernel gets that as its comment."""
+
+    def _add_comment(self, cell, resources):
+        super()._add_comment(cell, resources)
+        why = [o.evalue for o in cell.get("outputs", []) if o.get("ename") in (TIMEOUT, DIED)]
+        if why:  # in the gradebook, the Formgrader and the feedback
+            comment = self.gradebook.find_comment(cell.metadata.nbgrader.grade_id, self.notebook_id,
+                                                  self.assignment_id, self.student_id)
+            comment.auto_comment = why[0]
+            self.gradebook.db.commit()
 
 
 def configure(c) -> None:
     """Grading settings of nbgrader_config.py."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
+    from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput
 
     c.Autograde.autograde_preprocessors = [GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                            SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
