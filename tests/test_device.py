@@ -52,8 +52,9 @@ def test_takes_the_gpu_when_there_is_one(one_gpu, capsys):
     assert "Fake GPU" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "", "nvidia"])
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "", "nvidia", "mps", "xpu"])
 def test_a_wrong_device_string_is_explained(bad):
+    """A typo, or another vendor's accelerator: the course runs on 'cuda', 'cpu' and 'meta'."""
     with pytest.raises(gpucourse.DeviceError, match="Use 'cuda'"):
         gpucourse.choose_device(bad)
 
@@ -66,13 +67,6 @@ def test_a_gpu_index_that_does_not_exist_is_explained(one_gpu):
 def test_asking_for_cuda_without_one_is_explained(no_cuda):
     with pytest.raises(gpucourse.DeviceError, match="choose_device\\(\\) with no argument"):
         gpucourse.choose_device("cuda")
-
-
-@pytest.mark.parametrize("other", ["mps", "xpu"])
-def test_another_accelerator_this_machine_lacks_is_explained(monkeypatch, other):
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: None)
-    with pytest.raises(gpucourse.DeviceError, match=f"no usable '{other}' device"):
-        gpucourse.choose_device(other)
 
 
 def test_meta_and_cpu_are_accepted(capsys):
@@ -101,7 +95,7 @@ def test_cpu_facts():
     facts = gpucourse.device_facts("cpu")
     assert facts.device == "cpu" and facts.compute_capability is None
     assert facts.processors >= 1 and not facts.tensor_cores and not facts.fp8
-    assert "processors" in str(facts) and facts.as_dict()["device"] == "cpu"
+    assert "processors" in str(facts) and "compute_capability  None" in str(facts)
 
 
 class _Props:

@@ -1,4 +1,4 @@
-"""``python -m gpucourse <command>``: the course's command line."""
+"""``python -m gpucourse doctor|bench``: the course's command line."""
 
 from __future__ import annotations
 
@@ -17,17 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(USAGE)
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "doctor":
-        from .doctor import main as doctor
+    if argv[0] not in {"doctor", "bench"}:
+        print(f"unknown command {argv[0]!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    from importlib import import_module
 
-        return doctor(rest)
-    if command == "bench":
-        from .bench import main as bench
-
-        return bench(rest)
-    print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    return import_module(f"gpucourse.{argv[0]}").main(argv[1:])
 
 
 if __name__ == "__main__":

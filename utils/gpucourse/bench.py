@@ -1,12 +1,7 @@
-"""``python -m gpucourse bench``: a report card of the machine you are on.
+"""``python -m gpucourse bench``: this machine's matmul TFLOP/s and copy GB/s, beside the card's published peaks.
 
-It measures matmul throughput (fp32, TF32, bf16, fp16, in TFLOP/s) and copy
-bandwidth (device to device, and host to device from pageable and pinned
-memory, in GB/s), and puts each number beside the card's published peak when
-the course knows the card. Timing is ``gpucourse.benchmark`` (warm-up, CUDA
-synchronization, median of repeats) on random data, never zeros: a GPU draws
-less power on zeros and can run faster on them than on real work. On a CPU it
-still runs, with small sizes, and says that it is not a GPU.
+Timing is ``gpucourse.benchmark`` on random data, never zeros (a GPU draws less power on zeros and can run faster
+on them). On a CPU it still runs, with small sizes, and says that it is not a GPU.
 """
 
 from __future__ import annotations
@@ -18,12 +13,13 @@ import re
 import sys
 import time
 
-# Published dense peaks (no 2:4 sparsity), from NVIDIA's datasheets: T4, L4, A100 (SXM4 40GB and 80GB columns),
-# H100 (SXM and PCIe columns), H200 (SXM column). Datasheets print tensor-core figures *with* sparsity; dense is
-# half of that. "memory" is the memory bandwidth, "pcie" one direction of the x16 link (the datasheets' PCIe
-# figure counts both directions). NVIDIA publishes no datasheet for the A10G (AWS G5 only): its figures follow
-# from its 80 SMs at 1.71 GHz with GA102's consumer tensor rate (fp32 accumulate at half the fp16 rate), the
-# figures AWS quotes. None: the card has no fast path for that precision (no bf16 or TF32 before Ampere).
+from .device import choose_device, device_facts, why_no_pinning
+from .timing import benchmark
+
+# Dense peaks (half the datasheets' tensor-core figures, which assume 2:4 sparsity) from NVIDIA's datasheets: T4, L4,
+# A100 (SXM4 columns), H100 (SXM and PCIe), H200 (SXM). "memory": memory bandwidth; "pcie": one direction of the x16
+# link (datasheets count both). A10G (AWS G5 only, no datasheet): 80 SMs at 1.71 GHz with GA102's consumer tensor
+# rate, the figures AWS quotes. None: no fast path for that precision (no bf16 or TF32 before Ampere).
 # columns:  fp32, tf32, bf16, fp16 (TFLOP/s), memory, pcie (GB/s)
 CARDS = [
     (r"\bT4\b", "T4", (8.1, None, None, 65.0, 320.0, 16.0)),
@@ -58,23 +54,18 @@ def known_card(name: str) -> tuple[str | None, dict[str, float | None]]:
 
 def make_card(name: str, device: str, measured: dict, notes: dict | None = None, **extra) -> dict:
     """The report card (plain data, ready for JSON) from measured values: each row with its peak and ratio."""
-    notes = notes or {}
     gpu = device.startswith("cuda")
     label, peaks = known_card(name) if gpu else (None, {})
-    rows = []
-    for key, (what, unit, _) in ROWS.items():
-        value, peak = measured.get(key), peaks.get(key)
-        ratio = value / peak if value is not None and peak else None
-        rows.append({"key": key, "what": what, "value": value, "unit": unit, "peak": peak, "ratio": ratio,
-                     "note": notes.get(key, "")})
+    rows = [{"key": key, "what": what, "value": measured.get(key), "unit": unit, "peak": peaks.get(key),
+             "ratio": measured[key] / peaks[key] if measured.get(key) is not None and peaks.get(key) else None,
+             "note": (notes or {}).get(key, "")} for key, (what, unit, _) in ROWS.items()]
     return {"name": name, "device": device, "gpu": gpu, "known_as": label, "rows": rows, **extra}
 
 
 @contextlib.contextmanager
 def _tf32(enabled: bool):
-    """TF32 for fp32 matmuls on or off, then back. PyTorch 2.9+ has ``fp32_precision`` (the older
-    ``torch.set_float32_matmul_precision`` warns there, and the two must not be mixed); older PyTorch,
-    such as an older Colab runtime, only the legacy ``allow_tf32`` switch."""
+    """TF32 for fp32 matmuls on or off, then back: ``fp32_precision`` on PyTorch 2.9+ (the legacy switches warn there
+    and must not be mixed with it), ``allow_tf32`` on an older PyTorch such as an older Colab runtime's."""
     import torch
 
     matmul = torch.backends.cuda.matmul
@@ -91,8 +82,6 @@ def _tf32(enabled: bool):
 def _matmul_tflops(device, dtype, n: int, tf32: bool, min_run_time: float) -> float:
     import torch
 
-    from .timing import benchmark
-
     generator = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
     with _tf32(tf32) if a.is_cuda else contextlib.nullcontext():
@@ -108,8 +97,6 @@ def _copy_gbps(device, nbytes: int, min_run_time: float, source: str = "device")
     """GB/s of ``target.copy_(origin)`` into ``device``, from ``source`` memory: "device", "pageable" or "pinned"."""
     import torch
 
-    from .timing import benchmark
-
     origin = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device if source == "device" else "cpu")
     origin = origin.pin_memory() if source == "pinned" else origin
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -122,41 +109,33 @@ def measure(device=None, *, size: int | None = None, min_run_time: float = 0.2) 
     """Measure this machine and return its card (see ``make_card``)."""
     import torch
 
-    from .device import choose_device, device_facts, why_no_pinning
-
-    device = choose_device(verbose=False) if device is None else choose_device(str(device), verbose=False)
+    device = choose_device(None if device is None else str(device), verbose=False)
     facts = device_facts(device)
     gpu = device.type == "cuda"
     sizes = dict(GPU_SIZES if gpu else CPU_SIZES, **({"matmul": size} if size else {}))
-    measured, notes = {}, {}
     precisions = {"fp32": (torch.float32, False), "tf32": (torch.float32, True),
                   "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
+    notes = {"d2d": "bytes read + bytes written" if gpu else "RAM to RAM: no GPU here"}
     if not gpu:
-        notes["tf32"] = "TF32 is a mode of a GPU's tensor cores (Ampere and newer)"
-        notes["fp16"] = "CPUs have no fast fp16 matmul; their mixed precision is bf16"
-        skip = {"tf32", "fp16"}
+        notes.update(tf32="TF32 is a mode of a GPU's tensor cores (Ampere and newer)",
+                     fp16="CPUs have no fast fp16 matmul; their mixed precision is bf16",
+                     h2d_pageable="no GPU: there is no host-to-device copy to measure")
+        notes["h2d_pinned"] = notes["h2d_pageable"]
         if not facts.bf16:
             notes["bf16"] = "this CPU has no native bf16 instructions: converted in software"
     elif not facts.bf16:
         cc = ".".join(map(str, facts.compute_capability))
         notes["tf32"] = notes["bf16"] = f"no TF32/bf16 tensor cores before compute capability 8.0 (this GPU: {cc})"
-        skip = {"tf32", "bf16"}
-    else:
-        skip = set()
-    for key, (dtype, tf32) in precisions.items():
-        if key not in skip:
-            measured[key] = _matmul_tflops(device, dtype, sizes["matmul"], tf32, min_run_time)
+    skip = {"tf32", "fp16"} if not gpu else set() if facts.bf16 else {"tf32", "bf16"}
+    measured = {key: _matmul_tflops(device, dtype, sizes["matmul"], tf32, min_run_time)
+                for key, (dtype, tf32) in precisions.items() if key not in skip}
     measured["d2d"] = _copy_gbps(device, sizes["d2d"], min_run_time)
-    notes["d2d"] = "bytes read + bytes written" if gpu else "RAM to RAM: no GPU here"
     if gpu:
-        measured["h2d_pageable"] = _copy_gbps(device, sizes["h2d"], min_run_time, source="pageable")
         reason = why_no_pinning()
-        if reason is None:
-            measured["h2d_pinned"] = _copy_gbps(device, sizes["h2d"], min_run_time, source="pinned")
         notes.update(h2d_pageable="one direction; the peak is the card's PCIe x16 link, the host may be slower",
                      h2d_pinned=reason or "")
-    else:
-        notes["h2d_pageable"] = notes["h2d_pinned"] = "no GPU: there is no host-to-device copy to measure"
+        for source in ["pageable"] + (["pinned"] if reason is None else []):
+            measured[f"h2d_{source}"] = _copy_gbps(device, sizes["h2d"], min_run_time, source=source)
     return make_card(facts.name, str(device), measured, notes, matmul_size=sizes["matmul"],
                      torch=torch.__version__, compute_capability=facts.compute_capability)
 
@@ -198,7 +177,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(card, indent=2) if args.json else render(card))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,12 +1,6 @@
-"""Choose the device, with a clear fallback, and read its facts.
+"""Choose the device (d2l's ``try_gpu``, saying why it fell back to the CPU), read its facts, size the demos for it.
 
-``choose_device()`` is d2l's ``try_gpu`` with manners: it says which GPU it
-took, or why it fell back to the CPU and how to get a GPU (``why_no_cuda``,
-which also spots a ``CUDA_VISIBLE_DEVICES`` naming GPUs that do not exist).
-``workload()`` picks each demo's size for the device, so every lesson runs in
-about a minute on a 2-core CPU and still shows the real effect on a GPU. With
-``GPUCOURSE_REQUIRE_GPU=1`` in the environment a fallback is an error, so a
-GPU test runner cannot pass by quietly running on the CPU.
+With ``GPUCOURSE_REQUIRE_GPU=1`` a fallback is an error, so a GPU test runner cannot pass by quietly using the CPU.
 """
 
 from __future__ import annotations
@@ -18,8 +12,7 @@ from dataclasses import asdict, dataclass
 
 REQUIRE_GPU_VAR = "GPUCOURSE_REQUIRE_GPU"
 
-# What each compute capability (major, minor) adds, from NVIDIA's CUDA C++
-# Programming Guide ("Compute Capabilities") and the architecture whitepapers.
+# What each compute capability adds: NVIDIA's CUDA C++ Programming Guide ("Compute Capabilities").
 TENSOR_CORES_FROM = (7, 0)  # Volta: fp16 tensor cores
 BF16_TF32_FROM = (8, 0)  # Ampere: bf16 and tf32 tensor cores
 FP8_FROM = (8, 9)  # Ada Lovelace and Hopper: fp8 tensor cores
@@ -44,9 +37,8 @@ def gpu_required() -> bool:
 
 
 def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None:
-    """Why ``CUDA_VISIBLE_DEVICES=visible`` leaves no GPU visible on a machine whose GPUs (in NVML's
-    order) have these UUIDs; ``None`` when it leaves some. CUDA reads the list up to its first invalid
-    entry (an index past the count, a UUID no GPU has); PyTorch turns a repeated entry into an empty list."""
+    """Why ``CUDA_VISIBLE_DEVICES=visible`` hides every GPU of a machine with these (NVML) UUIDs, else ``None``."""
+    # CUDA reads the list up to its first invalid entry; PyTorch turns a repeated entry into an empty list.
     if visible is None:
         return None
     entries = [entry.strip() for entry in visible.split(",")]
@@ -116,99 +108,53 @@ def is_grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-def _gpu_memory_gib(device) -> float:
+def workload(device, *, cpu, gpu, grading=None, small_gpu=None, gpu_gib: float = 14):
+    """A demo's size on ``device``: ``grading`` (else ``cpu``) under nbgrader, ``small_gpu`` below ``gpu_gib`` GiB."""
     import torch
 
-    return torch.cuda.get_device_properties(device).total_memory / 2**30
-
-
-def workload(device, *, cpu, gpu, grading=None, small_gpu=None, gpu_gib: float = 14):
-    """The size of a demo for ``device``: lessons never hard-code one.
-
-    ``cpu`` is the size for a CPU (and while grading, unless ``grading`` is
-    given), ``gpu`` the size for a CUDA GPU with at least ``gpu_gib`` GiB of
-    memory (a 16 GB T4 reports 14.7 GiB), and ``small_gpu`` the size for a
-    smaller GPU (8 GB laptops and RTX 3060/4060-class cards); without it,
-    every GPU gets ``gpu``.
-    """
     if is_grading():
         return cpu if grading is None else grading
-    kind = getattr(device, "type", None) or str(device).split(":")[0]
-    if kind != "cuda":
+    if torch.device(device).type != "cuda":
         return cpu
-    if small_gpu is not None and _gpu_memory_gib(device) < gpu_gib:
+    # a 16 GB T4 reports 14.7 GiB; 8 GB cards (RTX 3060/4060, laptops) get small_gpu when a lesson gives one
+    if small_gpu is not None and torch.cuda.get_device_properties(device).total_memory / 2**30 < gpu_gib:
         return small_gpu
     return gpu
 
 
-def _fallback_message(reason: str) -> str:
-    lines = [f"No CUDA GPU: {reason}.", "Falling back to the CPU: every lesson still runs, with smaller workloads."]
-    if is_colab():
-        lines.append("On Colab: Runtime > Change runtime type > a GPU (e.g. T4), then run this cell again.")
-    else:
-        lines.append("Run `python -m gpucourse doctor` for a diagnosis.")
-    return "\n".join(lines)
-
-
 def choose_device(want: str | None = None, *, verbose: bool = True):
-    """Return the ``torch.device`` a lesson should use.
-
-    ``want=None`` takes the current CUDA GPU when there is one and otherwise
-    falls back to the CPU, saying why. ``want`` may name a device ("cuda",
-    "cuda:1", "cpu", "meta"): it is checked and explained if this machine
-    cannot give it. With ``GPUCOURSE_REQUIRE_GPU=1`` a fallback raises
-    ``GPURequiredError`` instead.
-    """
+    """The current CUDA GPU, else the CPU with the reason; ``want`` ("cuda:1", "cpu", "meta") is checked and explained."""
     import torch
 
-    if want is None:
-        if torch.cuda.is_available():
-            device = torch.device("cuda", torch.cuda.current_device())
-            if verbose:
-                print(f"Using {device}: {torch.cuda.get_device_name(device)}.")
-            return device
+    if want is None and not torch.cuda.is_available():
         reason = why_no_cuda()
         if gpu_required():
-            raise GPURequiredError(
-                f"{REQUIRE_GPU_VAR}=1 forbids the CPU fallback, and there is no CUDA GPU: {reason}. "
-                f"Unset {REQUIRE_GPU_VAR} to run on the CPU."
-            )
+            raise GPURequiredError(f"{REQUIRE_GPU_VAR}=1 forbids the CPU fallback, and there is no CUDA GPU: {reason}. "
+                                   f"Unset {REQUIRE_GPU_VAR} to run on the CPU.")
+        how = ("On Colab: Runtime > Change runtime type > a GPU (e.g. T4), then run this cell again." if is_colab()
+               else "Run `python -m gpucourse doctor` for a diagnosis.")
         if verbose:
-            print(_fallback_message(reason))
+            print(f"No CUDA GPU: {reason}.\nFalling back to the CPU: every lesson still runs, with smaller workloads.\n{how}")
         return torch.device("cpu")
-
     try:
-        device = torch.device(want)
+        device = torch.device("cuda" if want is None else want)
     except (RuntimeError, TypeError, ValueError):
-        raise DeviceError(
-            f"{want!r} is not a device name PyTorch knows. "
-            "Use 'cuda' (or 'cuda:0', 'cuda:1', ...) for an NVIDIA GPU, 'cpu', or 'meta' for shape-only tensors."
-        ) from None
+        device = None
+    if device is None or device.type not in {"cuda", "cpu", "meta"}:
+        raise DeviceError(f"{want!r} is not a device this course uses. "
+                          "Use 'cuda' (or 'cuda:0', 'cuda:1', ...) for an NVIDIA GPU, 'cpu', or 'meta' for shape-only tensors.")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError(
-                f"{want!r} asked for, but {why_no_cuda()}. "
-                "Call gpucourse.choose_device() with no argument to fall back to the CPU."
-            )
+            raise DeviceError(f"{want!r} asked for, but {why_no_cuda()}. "
+                              "Call gpucourse.choose_device() with no argument to fall back to the CPU.")
         count = torch.cuda.device_count()
-        index = torch.cuda.current_device() if device.index is None else device.index
-        if index >= count:
-            raise DeviceError(
-                f"{want!r} asked for, but this machine shows {count} CUDA device(s): "
-                + ", ".join(f"cuda:{i}" for i in range(count))
-                + ". Indices count only the GPUs that CUDA_VISIBLE_DEVICES leaves visible."
-            )
-        device = torch.device("cuda", index)
-    elif device.type not in {"cpu", "meta"}:
-        accelerator = torch.accelerator.current_accelerator(check_available=True)
-        if accelerator is None or accelerator.type != device.type:
-            raise DeviceError(
-                f"{want!r} asked for, but this machine has no usable {device.type!r} device. "
-                "This course uses 'cuda' for NVIDIA GPUs, 'cpu', or 'meta' for shape-only tensors; "
-                "call gpucourse.choose_device() with no argument for the CUDA GPU if there is one, else the CPU."
-            )
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+        if device.index >= count:
+            raise DeviceError(f"{want!r} asked for, but this machine shows {count} CUDA device(s): "
+                              + ", ".join(f"cuda:{i}" for i in range(count))
+                              + ". Indices count only the GPUs that CUDA_VISIBLE_DEVICES leaves visible.")
     if verbose:
-        print(f"Using {device}.")
+        print(f"Using {device}" + (f": {torch.cuda.get_device_name(device)}." if device.type == "cuda" else "."))
     return device
 
 
@@ -227,28 +173,18 @@ class DeviceFacts:
     fp8: bool
     colab: bool
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
     def __str__(self) -> str:
-        width = max(map(len, self.as_dict()))
-        return "\n".join(f"{key:<{width}}  {value}" for key, value in self.as_dict().items())
+        facts = asdict(self)
+        return "\n".join(f"{key:<{max(map(len, facts))}}  {value}" for key, value in facts.items())
 
 
 def _cpu_name_and_flags() -> tuple[str, set[str]]:
-    name, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    name = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return name, flags
+            info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in f)}
+    except OSError:  # not Linux
+        info = {}
+    return info.get("model name") or platform.processor() or platform.machine(), set(info.get("flags", "").split())
 
 
 def device_facts(device=None) -> DeviceFacts:
@@ -258,43 +194,20 @@ def device_facts(device=None) -> DeviceFacts:
     device = torch.device(device) if device is not None else choose_device(verbose=False)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        capability = (props.major, props.minor)
-        return DeviceFacts(
-            device=str(device),
-            name=props.name,
-            compute_capability=capability,
-            total_memory_gib=round(props.total_memory / 2**30, 2),
-            processors=props.multi_processor_count,
-            tensor_cores=capability >= TENSOR_CORES_FROM,
-            tf32=capability >= BF16_TF32_FROM,
-            bf16=capability >= BF16_TF32_FROM,
-            fp8=capability >= FP8_FROM,
-            colab=is_colab(),
-        )
+        cc = (props.major, props.minor)
+        return DeviceFacts(str(device), props.name, cc, round(props.total_memory / 2**30, 2), props.multi_processor_count,
+                           tensor_cores=cc >= TENSOR_CORES_FROM, tf32=cc >= BF16_TF32_FROM, bf16=cc >= BF16_TF32_FROM,
+                           fp8=cc >= FP8_FROM, colab=is_colab())
     name, flags = _cpu_name_and_flags()
     memory = None
-    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+    if "SC_PHYS_PAGES" in getattr(os, "sysconf_names", {}):
         memory = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 2)
-    return DeviceFacts(
-        device=str(device),
-        name=name,
-        compute_capability=None,
-        total_memory_gib=memory,
-        processors=os.cpu_count() or 1,
-        tensor_cores=False,
-        tf32=False,
-        bf16=bool(flags & {"avx512_bf16", "amx_bf16"}),
-        fp8=False,
-        colab=is_colab(),
-    )
+    return DeviceFacts(str(device), name, None, memory, os.cpu_count() or 1, tensor_cores=False, tf32=False,
+                       bf16=bool(flags & {"avx512_bf16", "amx_bf16"}), fp8=False, colab=is_colab())
 
 
 def amp_dtype(facts: DeviceFacts) -> tuple:
-    """``(dtype, use_scaler)`` for ``torch.autocast`` on the device ``facts`` describe (lesson 04's rule).
-
-    bf16 without a scaler from compute capability 8.0 and on a CPU; fp16 with a
-    ``GradScaler`` on 7.x (V100, T4); float32, autocast off, before tensor cores.
-    """
+    """Lesson 04's rule, ``(dtype, use_scaler)``: bf16 on a CPU and from 8.0, fp16 + GradScaler on 7.x, else fp32."""
     import torch
 
     if facts.compute_capability is None or facts.compute_capability >= BF16_TF32_FROM:

@@ -1,10 +1,7 @@
-"""What every lesson's set-up cell does inside Jupyter.
+"""What every lesson's set-up cell does: seed everything, and make the two commonest errors say what to do.
 
-``setup_notebook()`` seeds everything (``set_seed``) and installs friendlier messages for
-the two errors learners meet most: a name from a cell they have not run yet
-(the notebook was run out of order) and an exercise not answered yet. The
-error stays an error (nbgrader still sees a failing cell); it just opens
-with a sentence that says what to do.
+A name from a cell not run yet (the notebook run out of order) and an unanswered exercise stay errors, so
+nbgrader still sees a failing cell; the traceback just ends with a sentence saying what to do.
 """
 
 from __future__ import annotations
@@ -23,27 +20,19 @@ HINTS = {
 
 
 def _handler(shell, etype, value, tb, tb_offset=None):
-    """IPython custom exception handler: the usual traceback plus one hint.
-
-    IPython leaves showing the error to the handler; ``_showtraceback`` is
-    what its own ``showtraceback`` calls, and in a Jupyter kernel it sends
-    the error message, so the cell still counts as failed.
-    """
+    """IPython custom exception handler: the usual traceback plus one hint."""
     hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
     if issubclass(etype, NotImplementedError) and str(value):
         hint = None  # a library's own NotImplementedError ("Cannot copy out of meta tensor") says what it means
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     if hint is not None:
         stb = [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
-    shell._showtraceback(etype, value, stb)
+    shell._showtraceback(etype, value, stb)  # what IPython's showtraceback calls: the kernel sends the error
     return stb
 
 
 def set_seed(seed: int = 0) -> int:
-    """Seed Python, NumPy, PyTorch (every CUDA device too) and, if it is loaded, TensorFlow; returns ``seed``.
-
-    Seeding never imports TensorFlow: ``gpucourse.import_tensorflow`` applies the last seed when it loads it.
-    """
+    """Seed Python, NumPy, PyTorch (every CUDA device) and TensorFlow if it is loaded (never importing it)."""
     global _last_seed
     import numpy as np
     import torch
@@ -58,7 +47,7 @@ def set_seed(seed: int = 0) -> int:
 
 
 def seed_tensorflow() -> None:
-    """Seed TensorFlow with the last seed ``set_seed`` was given (nothing if it was never called)."""
+    """Seed TensorFlow with the last seed ``set_seed`` was given; ``import_tensorflow`` calls it."""
     if _last_seed is not None:
         import tensorflow as tf
 
