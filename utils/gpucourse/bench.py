@@ -32,10 +32,7 @@ CARDS = [
     (r"\bH200\b(?!.*\bNVL\b)", "H200 SXM", (67.0, 494.5, 989.5, 989.5, 4800.0, 64.0)),
 ]
 ROWS = {  # key: (label, unit, which peak)
-    "fp32": ("matmul fp32", "TFLOP/s", 0),
-    "tf32": ("matmul tf32", "TFLOP/s", 1),
-    "bf16": ("matmul bf16", "TFLOP/s", 2),
-    "fp16": ("matmul fp16", "TFLOP/s", 3),
+    **{key: (f"matmul {key}", "TFLOP/s", column) for column, key in enumerate(["fp32", "tf32", "bf16", "fp16"])},
     "d2d": ("copy device to device", "GB/s", 4),
     "h2d_pageable": ("copy host to device, pageable", "GB/s", 5),
     "h2d_pinned": ("copy host to device, pinned", "GB/s", 5),

@@ -19,7 +19,7 @@ FP8_FROM = (8, 9)  # Ada Lovelace and Hopper: fp8 tensor cores
 
 
 class DeviceError(ValueError):
-    """A device was asked for that this machine cannot give."""
+    """A device was asked for that this machine cannot give (lesson 02 catches it)."""
 
 
 class GPURequiredError(RuntimeError):
