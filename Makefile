@@ -8,6 +8,7 @@ NOTEBOOK_DIR ?= notebooks
 # Jupyter refuses to run as root unless told; containers and cloud VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS   ?= 2
+THREADS ?= 1
 export PATH := $(abspath $(BIN)):$(PATH)
 
 # Which pinned set (pyproject.toml): the GPU set (PyTorch, TensorFlow and DALI on CUDA 12) where `nvidia-smi`
@@ -81,11 +82,13 @@ endif
 lab: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(NOTEBOOK_DIR) $(ROOT_FLAG)
 
+# The JOBS workers run side by side on as many cores: each (and each notebook kernel it starts) uses one
+# thread, or PyTorch's default of one thread per core oversubscribes the machine (2-6x slower on 2 cores).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
+	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
+	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
 
 # The GPU runner (tools/test_gpu.py). The quick CUDA check needs only the standard library, so a machine
 # without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
