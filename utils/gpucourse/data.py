@@ -1,11 +1,7 @@
-"""The course's own image set: coloured shapes on noisy backgrounds.
+"""The course's own image set, drawn from a seed (nothing is downloaded): coloured shapes on noisy backgrounds.
 
-Nothing is downloaded. ``make_shapes`` draws the images deterministically
-from a seed; ``shapes_dataset`` wraps them as a PyTorch dataset in memory;
-``write_image_folder`` writes them as real JPEG files in an ImageFolder tree
-(``root/<class>/<n>.jpg``) for the input-pipeline lessons. A small CNN
-learns them in seconds on a CPU, yet they are not trivial: colour, size,
-position and rotation vary and the background is noise.
+A small CNN learns them in seconds on a CPU, yet colour, size, position and rotation vary. ``shapes_dataset`` keeps
+them in memory; ``write_image_folder`` writes real JPEG files (``root/<class>/<n>.jpg``) for the input-pipeline lessons.
 """
 
 from __future__ import annotations
@@ -23,16 +19,9 @@ CLASSES = ("circle", "square", "triangle", "cross")
 _VERSION = 2  # bump when the drawing changes, so caches are rebuilt
 
 
-def data_dir() -> Path:
-    """Where generated data lives: ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``."""
-    return Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
-
-
 def _polygon(cx, cy, r, sides, angle):
-    return [
-        (cx + r * math.cos(angle + 2 * math.pi * k / sides), cy + r * math.sin(angle + 2 * math.pi * k / sides))
-        for k in range(sides)
-    ]
+    turns = [angle + 2 * math.pi * k / sides for k in range(sides)]
+    return [(cx + r * math.cos(a), cy + r * math.sin(a)) for a in turns]
 
 
 def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
@@ -80,20 +69,18 @@ def shapes_dataset(n: int, *, image_size: int = 32, seed: int = 0):
     return torch.utils.data.TensorDataset(x, torch.from_numpy(labels))
 
 
-def write_image_folder(
-    root: str | os.PathLike | None = None, *, n_per_class: int = 64, image_size: int = 64, seed: int = 0, quality: int = 90
-) -> Path:
-    """Write the shapes as JPEG files in ``root/<class>/<n>.jpg`` and return ``root``.
+def write_image_folder(root: str | os.PathLike | None = None, *, n_per_class: int = 64, image_size: int = 64, seed: int = 0,
+                       quality: int = 90) -> Path:
+    """Write the shapes as JPEG files in ``root`` (default: under ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``), cached.
 
-    Cached: a tree written before with the same parameters is reused. Safe to
-    call twice, even from two processes: the tree is written next to ``root``
-    and moved into place in one step.
+    Safe from two processes at once: the tree is written next to ``root`` and moved into place in one step.
     """
     from PIL import Image
 
     params = {"version": _VERSION, "n_per_class": n_per_class, "image_size": image_size, "seed": seed, "quality": quality}
     if root is None:
-        root = data_dir() / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}"
+        cache = Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
+        root = cache / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}"
     root = Path(root)
     manifest = root / "manifest.json"
     if manifest.exists() and json.loads(manifest.read_text()) == params:

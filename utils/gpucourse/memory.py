@@ -1,12 +1,7 @@
-"""What a training step keeps in memory, and how large a batch fits: shared by lessons 04 and 07.
+"""What a training step keeps in memory, and how large a batch fits (lessons 04 and 07; 07 calls the allocator itself).
 
-Lesson 07 calls the CUDA allocator itself; this module keeps what a learner need not read:
-
-- ``SavedTensorMeter(exclude=[x])``: a context manager; ``.live`` / ``.peak`` are the bytes autograd saves
-  for backward, now and at most (any device);
-- ``peak_memory(step, device, model=model) -> int``: peak bytes of ``step()`` above what was alive before it;
-- ``estimate_memory(model, (batch, features), "adam")``: a step's memory, from a forward pass on ``meta``;
-- ``find_batch_size(try_batch)`` and ``SimulatedGPU``: grow until OOM, then bisect; a pretend card for CPUs.
+``SavedTensorMeter`` counts what autograd saves for backward, ``peak_memory`` a step's peak, ``estimate_memory`` a
+step's memory from a forward pass on ``meta``, ``find_batch_size`` grows then bisects, ``SimulatedGPU`` is a pretend card.
 """
 
 from __future__ import annotations
@@ -31,11 +26,10 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-class SavedTensorMeter:
-    """Bytes autograd keeps for ``backward()``: ``live`` now and the ``peak``, each storage counted once.
+class SavedTensorMeter(torch.autograd.graph.saved_tensors_hooks):
+    """Bytes autograd keeps for ``backward()``, ``live`` now and at ``peak``, each storage once (not parameters or ``exclude``).
 
-    Parameters and the tensors in ``exclude`` are not counted. A tensor leaves ``live`` when autograd lets
-    it go (after ``backward()``, or when its graph is unreferenced): a graph kept by mistake stays in ``live``.
+    A tensor leaves ``live`` when autograd lets it go: after ``backward()``, or when its graph is unreferenced.
     """
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()):
@@ -43,8 +37,7 @@ class SavedTensorMeter:
         self._holders: dict = {}
         self._sizes: dict = {}
         self.live = self.peak = 0
-        unpack = lambda packed: packed.tensor if isinstance(packed, _Packed) else packed  # noqa: E731
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, unpack)
+        super().__init__(self._pack, lambda packed: packed.tensor if isinstance(packed, _Packed) else packed)
 
     def _pack(self, t: torch.Tensor):
         base = t._base if t._base is not None else t
@@ -67,11 +60,8 @@ class SavedTensorMeter:
             del self._holders[key]
 
     def __enter__(self) -> SavedTensorMeter:
-        self._hooks.__enter__()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.__exit__(*exc)
 
 
 class _Packed:  # a holder autograd keeps; when it is freed, so is the saved tensor
@@ -82,12 +72,9 @@ class _Packed:  # a holder autograd keeps; when it is freed, so is the saved ten
 
 
 def peak_memory(fn: Callable[[], object], device, *, model: nn.Module | None = None, exclude=()) -> int:
-    """Peak bytes of ``fn()`` above what was alive just before it.
+    """Peak bytes of ``fn()`` above what was alive just before it; elsewhere than CUDA, the peak saved for backward.
 
-    On CUDA: drop ``model``'s gradients (as every training step does first), so every step starts from the
-    same baseline (weights, optimizer state, data); ``reset_peak_memory_stats``; read the baseline; run;
-    synchronize; ``max_memory_allocated - baseline``. Elsewhere, with no allocator to read: the peak of what
-    autograd saved for backward (``SavedTensorMeter``, without ``exclude``), the part batch-size fixes change.
+    On CUDA ``model``'s gradients are dropped first (as a training step does), so every step starts from the same baseline.
     """
     device = torch.device(device)
     if device.type != "cuda":
@@ -129,8 +116,10 @@ class MemoryEstimate:
 
 
 def estimate_memory(model: nn.Module, example, optimizer: str = "adam") -> MemoryEstimate:
-    """One fp32 step of ``model`` on a batch like ``example`` (tensor or shape), run on ``meta``: no memory used.
-    Parameters are swapped for meta twins and put back. Not counted: CUDA context, cached blocks, temporaries."""
+    """One fp32 step of ``model`` on a batch like ``example`` (tensor or shape), run on ``meta`` twins: no memory used.
+
+    Not counted: the CUDA context, cached blocks, temporaries.
+    """
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}: give one of {', '.join(OPTIMIZER_STATES)}")
     if not isinstance(example, torch.Tensor | tuple | list):
@@ -178,9 +167,10 @@ class BatchSizeResult:
 
 
 def find_batch_size(try_batch: Callable[[int], object], *, start=1, limit=2**16, safety=0.9) -> BatchSizeResult:
-    """The largest batch size for which ``try_batch(batch_size)`` runs without ``torch.OutOfMemoryError``:
-    double from ``start`` until an OOM or ``limit`` (halve first if ``start`` fails), then bisect, freeing
-    memory after every try. Any other error is a bug in ``try_batch`` and propagates."""
+    """The largest batch size for which ``try_batch(batch_size)`` runs without ``torch.OutOfMemoryError``.
+
+    Doubles from ``start`` (halves first if it fails) up to ``limit``, then bisects; any other error propagates.
+    """
     if not (isinstance(start, int) and isinstance(limit, int)) or not 1 <= start <= limit:
         raise ValueError(f"need whole numbers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
     if not 0 < safety <= 1:
@@ -194,21 +184,18 @@ def find_batch_size(try_batch: Callable[[int], object], *, start=1, limit=2**16,
         except torch.OutOfMemoryError:
             ok = False
         gc.collect()  # out of the except block: the traceback, and the tensors its frames held, are gone
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # a no-op where CUDA was never initialized
         tried.append((size, ok))
         return ok
 
     good, bad = (start, None) if fits(start) else (0, start)
-    while good == 0 and bad > 1:  # too big from the start: halve
-        good, bad = (bad // 2, bad) if fits(bad // 2) else (0, bad // 2)
-    if good == 0:
-        raise RuntimeError("even a batch of 1 runs out of memory: weights, gradients and optimizer state do not "
-                           "fit. Use an optimizer with less state, shard the model over GPUs (FSDP), or a larger GPU.")
     while bad is None and good < limit:  # fits: double
         size = min(2 * good, limit)
         good, bad = (size, None) if fits(size) else (good, size)
-    while bad is not None and bad - good > 1:  # bisect
+    while bad is not None and bad - good > 1:  # bisect (from 0 when start was too big: that halves it)
         middle = (good + bad) // 2
         good, bad = (middle, bad) if fits(middle) else (good, middle)
+    if good == 0:
+        raise RuntimeError("even a batch of 1 runs out of memory: weights, gradients and optimizer state do not "
+                           "fit. Use an optimizer with less state, shard the model over GPUs (FSDP), or a larger GPU.")
     return BatchSizeResult(largest=good, recommended=max(1, int(good * safety)), first_failing=bad, tried=tried)
