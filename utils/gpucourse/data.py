@@ -88,15 +88,12 @@ def write_image_folder(root: str | os.PathLike | None = None, *, n_per_class: in
     images, labels = make_shapes(n_per_class * len(CLASSES), image_size=image_size, seed=seed)
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    counts = dict.fromkeys(CLASSES, 0)
-    for image, label in zip(images, labels, strict=True):
-        name = CLASSES[label]
-        (staging / name).mkdir(exist_ok=True)
-        Image.fromarray(image).save(staging / name / f"{counts[name]:05d}.jpg", quality=quality)
-        counts[name] += 1
+    for label, name in enumerate(CLASSES):
+        (staging / name).mkdir()
+        for i, image in enumerate(images[labels == label]):
+            Image.fromarray(image).save(staging / name / f"{i:05d}.jpg", quality=quality)
     (staging / "manifest.json").write_text(json.dumps(params))
-    if root.exists():
-        shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)  # an older tree, if any
     try:
         staging.rename(root)
     except OSError:  # another process won the race and wrote the same tree

@@ -94,25 +94,18 @@ class LoaderStats:
     def samples_per_s(self) -> float:
         return self.samples / self.total_s
 
-    @property
-    def wait_fraction(self) -> float:  # near 0 is good, near 1 is input-bound
-        return self.wait_s / self.total_s
-
     def __str__(self) -> str:
         name = f"{self.label}: " if self.label else ""
-        return (f"{name}{self.samples_per_s:,.0f} samples/s, {100 * self.wait_fraction:.0f}% of the time waiting for "
+        return (f"{name}{self.samples_per_s:,.0f} samples/s, {100 * self.wait_s / self.total_s:.0f}% of the time waiting for "
                 f"input ({self.batches} batches in {self.total_s:.3f} s, first batch after {self.startup_s:.3f} s)")
 
 
-def _batch_size(batch: Any) -> int:  # tuples, lists and dicts of tensors (DALI yields [{name: tensor}])
-    while isinstance(batch, (list, tuple)) and batch:
-        batch = batch[0]
-    if isinstance(batch, dict) and batch:
-        return _batch_size(next(iter(batch.values())))
-    shape = getattr(batch, "shape", None)
-    if shape is None or len(shape) == 0:
+def _batch_size(batch: Any) -> int:  # the first tensor's first axis, in tuples, lists and dicts (DALI: [{name: tensor}])
+    while isinstance(batch, (list, tuple, dict)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    if len(getattr(batch, "shape", ())) == 0:
         raise TypeError(f"cannot tell the batch size of a {type(batch).__name__}: expected tensors with a batch axis")
-    return int(shape[0])
+    return int(batch.shape[0])
 
 
 def _synchronizer(device) -> Callable[[], None]:
