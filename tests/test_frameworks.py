@@ -1,8 +1,10 @@
 """gpucourse.frameworks: TensorFlow and DALI are optional and loaded only on request."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,12 +12,18 @@ import gpucourse
 
 
 def test_importing_gpucourse_loads_no_framework():
+    """One Python for every module: gpucourse and its CLIs load no framework, seeding and the lessons' modules no TF or DALI."""
+    modules = sorted(p.stem for p in Path(gpucourse.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
     code = (
-        "import sys, gpucourse, gpucourse.doctor, gpucourse.frameworks;"
-        "print(sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in sys.modules))"
+        "import importlib, sys, gpucourse, gpucourse.doctor, gpucourse.frameworks, gpucourse.__main__\n"
+        "loaded = lambda: sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in sys.modules)\n"
+        "print(loaded())\n"
+        f"gpucourse.set_seed(1)\nfor name in {modules!r}:\n    importlib.import_module('gpucourse.' + name)\n"
+        "print(loaded())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", "import gpucourse must stay cheap and never import torch, TensorFlow or DALI"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]", "import gpucourse (and its doctor) must stay cheap and never import torch, TensorFlow or DALI"
+    assert out[1] == "['torch']", f"seeding and importing {modules} must import neither TensorFlow nor DALI"
 
 
 def test_a_missing_tensorflow_is_one_clear_sentence(monkeypatch, capsys):
@@ -50,35 +58,6 @@ def test_a_missing_dali_tf_plugin_is_one_clear_sentence(monkeypatch, capsys):
     assert "TensorFlow plugin is not installed" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_tensorflow_loads_with_memory_growth_and_the_seed():
-    code = (
-        "import gpucourse; gpucourse.set_seed(5); tf = gpucourse.import_tensorflow();"
-        "a = float(tf.random.uniform(())); gpucourse.set_seed(5); print(a == float(tf.random.uniform(())))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if "TensorFlow is not installed" in result.stdout:
-        pytest.skip("TensorFlow is not installed")
-    assert result.stdout.strip().endswith("True"), result.stdout + result.stderr
-
-
-@pytest.mark.parametrize("installed_set", ["cpu", "gpu"])
-def test_strict_mode_skips_tensorflow_without_gpu_except_in_the_gpu_set(monkeypatch, capsys, installed_set):
-    """`make test-gpu`: in the CPU set TensorFlow's cells are not validated on GPU; in the GPU set it is a failure."""
-    gpucourse.frameworks.load_triton_before_tensorflow()
-    tf = pytest.importorskip("tensorflow")
-    if tf.config.list_physical_devices("GPU"):
-        pytest.skip("TensorFlow sees a GPU here")
-    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
-    monkeypatch.setattr(gpucourse.frameworks, "course_set", lambda: installed_set)
-    if installed_set == "gpu":
-        with pytest.raises(gpucourse.GPURequiredError, match="GPU set is installed, but TensorFlow sees no GPU"):
-            gpucourse.import_tensorflow()
-    else:
-        assert gpucourse.import_tensorflow() is None
-        assert "not validated on GPU" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("driver", [False, True])
 def test_tensorflow_start_up_noise_is_held_back_and_nothing_else(monkeypatch, capfd, driver):
     monkeypatch.setattr(gpucourse.frameworks, "nvidia_driver_present", lambda: driver)
@@ -95,23 +74,46 @@ def test_tensorflow_start_up_noise_is_held_back_and_nothing_else(monkeypatch, ca
     assert capfd.readouterr().err == "after\n", "standard error is back to normal afterwards"
 
 
+TENSORFLOW_SCRIPT = """
+import contextlib, io, json, os, sys
+import gpucourse
+from gpucourse import frameworks
+
+gpucourse.set_seed(5)
+tf = gpucourse.import_tensorflow()
+if tf is None:
+    sys.exit(print(json.dumps(None)))
+first = float(tf.random.uniform(()))
+gpucourse.set_seed(5)
+report = {"seeded": first == float(tf.random.uniform(())), "gpus": len(tf.config.list_physical_devices("GPU")),
+          "growth": [tf.config.experimental.get_memory_growth(g) for g in tf.config.list_physical_devices("GPU")],
+          "driver": frameworks.nvidia_driver_present()}
+os.environ["GPUCOURSE_REQUIRE_GPU"] = "1"
+for installed in ("cpu", "gpu"):
+    frameworks.course_set = lambda: installed
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        try:
+            report[installed] = [gpucourse.import_tensorflow() is None, said.getvalue()]
+        except gpucourse.GPURequiredError as error:
+            report[installed] = ["raised", str(error)]
+import torchvision  # noqa: F401  (Triton, loaded by torchvision, segfaults after TensorFlow unless loaded first)
+print(json.dumps(report))
+"""
+
+
 @pytest.mark.slow
-def test_importing_tensorflow_here_prints_no_start_up_noise():
-    result = subprocess.run([sys.executable, "-c", "import gpucourse; print(gpucourse.import_tensorflow() is not None)"],
-                            capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"})
-    if result.stdout.strip() != "True":
+def test_tensorflow_in_a_fresh_python():
+    """One TensorFlow-importing Python (never the test worker): seeded, memory growth, quiet, strict mode, torchvision after."""
+    result = subprocess.run([sys.executable, "-c", TENSORFLOW_SCRIPT], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "GPUCOURSE_REQUIRE_GPU": "0"})
+    assert result.returncode == 0, f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
+    report = json.loads(result.stdout.splitlines()[-1])
+    if report is None:
         pytest.skip("TensorFlow is not installed")
-    if gpucourse.frameworks.nvidia_driver_present():
-        pytest.skip("an NVIDIA driver is here: TensorFlow's CUDA lines are kept")
-    for noise in gpucourse.frameworks.TF_NOISE + gpucourse.frameworks.TF_NO_DRIVER_NOISE:
-        assert noise not in result.stderr, result.stderr
-
-
-@pytest.mark.slow
-def test_torchvision_still_imports_after_tensorflow():
-    """With the course's pins, Triton imported after TensorFlow segfaults; import_tensorflow loads it first."""
-    code = "import gpucourse; tf = gpucourse.import_tensorflow(verbose=False); import torchvision; print('alive')"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "alive" in result.stdout, (
-        f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
-    )
+    assert report["seeded"] and all(report["growth"]), report
+    if not report["driver"]:  # where a driver is, TensorFlow's CUDA lines are kept
+        for noise in gpucourse.frameworks.TF_NOISE + gpucourse.frameworks.TF_NO_DRIVER_NOISE:
+            assert noise not in result.stderr, result.stderr
+    if not report["gpus"]:  # `make test-gpu`: not validated on GPU in the CPU set, a failure in the GPU set
+        assert report["cpu"][0] is True and "not validated on GPU" in report["cpu"][1], report
+        assert report["gpu"][0] == "raised" and "GPU set is installed, but TensorFlow sees no GPU" in report["gpu"][1], report
