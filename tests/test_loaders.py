@@ -91,8 +91,12 @@ def test_measure_splits_waiting_from_the_rest_and_synchronizes_only_at_the_ends(
     assert "68% of the time waiting" in str(stats)
 
 
-def test_measure_does_not_synchronize_a_cpu():
-    assert loaders._synchronizer("cpu")() is None and loaders._synchronizer(None)() is None
+def test_measure_synchronizes_only_a_cuda_device(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
+    for device in ("cpu", None, torch.device("cpu"), "cuda:1", torch.device("cuda")):
+        loaders._synchronizer(device)()
+    assert synced == ["cuda:1", torch.device("cuda")]
 
 
 def test_measure_counts_samples_in_nested_batches():
