@@ -7,7 +7,6 @@ findings with a fix, and ``main`` prints both; the exit status is 1 when a findi
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import importlib.metadata
 import json
@@ -82,7 +81,6 @@ def probe_driver() -> dict:
 def _framework(*distributions: str):
     """Makes a framework's probe: ``installed``, ``version`` and ``error`` around what it reads; a failing import is its error."""
     def decorate(read):
-        @functools.wraps(read)
         def probe() -> dict:
             version = _installed(*distributions)
             facts = {"installed": version is not None, "version": version, "error": None}
