@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import coursekit as ck
 import nbformat
@@ -123,13 +122,11 @@ def _course(tmp_path):
     return course
 
 
-def _grade(course, *extra) -> tuple[subprocess.CompletedProcess, float]:
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
+def _grade(course, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
                              "--no-collect", "--jobs", "2", f"--Execute.timeout={CELL_TIMEOUT}",
                              f"--GradingExecute.submission_timeout={BOUND}", *extra],
                             env=ck.env(), capture_output=True, text=True)
-    return result, time.monotonic() - started
 
 
 def _snooped(course, student="snoop") -> dict:
@@ -144,7 +141,7 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     course, server = _course(tmp_path), Server()
     for name, nb in _submissions(course, server.port).items():
         ck.submit_as(course, name, ASSIGNMENT, NAME, nb)
-    result, seconds = _grade(course)
+    result = _grade(course)
     assert result.returncode == 0, result.stdout + result.stderr
     print(result.stdout)
     rows = {row.split()[0]: row for row in result.stdout.splitlines()[1:6]}
@@ -160,7 +157,7 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     # An endless loop costs its own exercise and one cell's timeout; the others are graded.
     assert scores["loop"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
     assert re.search(r"loop .* test_square \| square \| - \| -$", rows["loop"]), rows["loop"]
-    assert seconds < 2 * BOUND
+    assert float(rows["loop"].split()[4]) < 2 * BOUND, "an endless loop ends within the bound (a busy machine's slack)"
     graded = ck.read(course / "autograded" / "loop" / ASSIGNMENT / NAME)
     assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), "the feedback names it"
     # A deleted test cell comes back from the source (hidden tests included) and the right answer keeps its point.
@@ -180,7 +177,7 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     # The same snooper without the sandbox: it reads the answers and reaches the server. The test above bites.
     for name in ("right", "loop", "deleted", "crash"):
         shutil.rmtree(course / "submitted" / name)
-    result, _ = _grade(course, "--unsandboxed")
+    result = _grade(course, "--unsandboxed")
     assert result.returncode == 0, result.stdout + result.stderr
     assert _snooped(course)["server"] == "reached" and server.reached == 1
     assert ck.scores_of(course, ASSIGNMENT, NAME, "snoop")["test_double"][0] == 1, "the answer it ran from solutions/"
