@@ -198,13 +198,13 @@ def test_probe_nvidia_packages_reads_this_environment():
 
 
 def test_probe_driver_reads_nvml(monkeypatch):
-    """The driver probe on a faked NVML (old nvidia-ml-py versions return bytes): what a GPU machine reports."""
+    """The driver probe on a faked NVML (nvidia-ml-py >= 12 decodes its strings): what a GPU machine reports."""
     import types
 
     fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlSystemGetDriverVersion=lambda: b"580.65.06",
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlSystemGetDriverVersion=lambda: "580.65.06",
         nvmlSystemGetCudaDriverVersion=lambda: 13000, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3", nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3", nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30), nvmlDeviceGetUUID=lambda h: "GPU-5e1a")
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert doctor.probe_driver() == {"found": True, "version": "580.65.06", "cuda": "13.0", "error": None, "gpus": [

@@ -40,10 +40,6 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value  # old nvidia-ml-py versions return bytes
-
-
 def _installed(*distributions: str) -> str | None:
     """The version of the first of these distributions that is installed, else None."""
     for name in distributions:
@@ -64,13 +60,13 @@ def probe_driver() -> dict:
         return facts
     try:
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # 12040 is CUDA 12.4
-        facts.update(found=True, version=_text(pynvml.nvmlSystemGetDriverVersion()), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
+        facts.update(found=True, version=pynvml.nvmlSystemGetDriverVersion(), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            facts["gpus"].append({"index": index, "name": _text(pynvml.nvmlDeviceGetName(handle)),
+            facts["gpus"].append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
                                   "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
                                   "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                                  "uuid": _text(pynvml.nvmlDeviceGetUUID(handle))})
+                                  "uuid": pynvml.nvmlDeviceGetUUID(handle)})
     except Exception as exc:
         facts["error"] = _error(exc)
     with contextlib.suppress(Exception):
