@@ -141,7 +141,7 @@ def test_finder_errors_are_clear_and_only_ooms_are_caught():
 
     with pytest.raises(RuntimeError, match="shapes"):
         memory.find_batch_size(broken)
-    for bad in ({"start": 0}, {"safety": 1.5}, {"start": 8, "limit": 4}):
+    for bad in ({"start": 0}, {"start": 8, "limit": 4}, {"start": 2.5}):
         with pytest.raises(ValueError):
             memory.find_batch_size(lambda n: None, **bad)
 

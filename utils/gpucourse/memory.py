@@ -173,8 +173,6 @@ def find_batch_size(try_batch: Callable[[int], object], *, start=1, limit=2**16,
     """
     if not (isinstance(start, int) and isinstance(limit, int)) or not 1 <= start <= limit:
         raise ValueError(f"need whole numbers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
-    if not 0 < safety <= 1:
-        raise ValueError(f"safety is the share of the largest batch to use, in (0, 1], got {safety!r}")
     tried = []
 
     def fits(size: int) -> bool:
