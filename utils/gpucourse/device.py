@@ -109,7 +109,7 @@ def is_grading() -> bool:
 
 
 def workload(device, *, cpu, gpu, grading=None, small_gpu=None, gpu_gib: float = 14):
-    """A demo's size on ``device``: ``grading`` (else ``cpu``) under nbgrader, ``small_gpu`` below ``gpu_gib`` GiB."""
+    """A demo's size: ``cpu``/``gpu`` by device type; ``grading`` (else ``cpu``) under nbgrader, ``small_gpu`` on a small GPU."""
     import torch
 
     if is_grading():
