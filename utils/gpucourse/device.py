@@ -69,9 +69,8 @@ def _nvml_uuids() -> list[str] | None:
         pynvml.nvmlInit()
     except Exception:  # no nvidia-ml-py, or no driver: NVML raises its own NVMLError types
         return None
-    try:
-        uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
-        return [uuid.decode() if isinstance(uuid, bytes) else uuid for uuid in uuids]
+    try:  # nvidia-ml-py >= 12 returns str (pynvml.convertStrBytes)
+        return [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
     finally:
         pynvml.nvmlShutdown()
 
