@@ -6,7 +6,7 @@ nbgrader exchange, and three home folders, each with its own
 JupyterHub admin would set it up (the students' files also give their ids).
 
     instructor  generate_assignment, release_assignment
-    alice       fetch_assignment, answers everything as the solution does, submit
+    alice       fetch_assignment, answers everything as the solution does, validate, submit
     bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
     instructor  collect, autograde, scores the written answer by hand (nbgrader's gradebook API, as the
                 formgrader does), generate_feedback, release_feedback, export
@@ -114,6 +114,9 @@ def test_the_classroom_loop(tmp_path):
         assert fetched.read_bytes() == ck.student_path(LESSON).read_bytes(), "students get the committed notebooks/"
         room.note(student, f"answers the exercises in {LESSON}/{notebook} and saves it")
         nbformat.write(ck.submission_from(ck.read(fetched), _answers(student)[0]), fetched)
+        if student == "alice":  # the assignment list's Validate button, before she submits
+            said = room.nbgrader(student, "validate", f"{LESSON}/{notebook}")
+            assert "Success! Your notebook passes all the tests." in said, said
         room.nbgrader(student, "submit", LESSON)
 
     room.nbgrader("instructor", "collect", LESSON)
