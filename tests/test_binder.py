@@ -92,6 +92,13 @@ def _catches_import_errors(node: ast.Try) -> bool:
     return False
 
 
+def written_modules(lesson: str) -> set[str]:
+    """The modules a lesson writes as files of its own (`%%writefile {workdir}/by_hand.py`)."""
+    heads = [c.source.splitlines()[0] for c in ck.read(ck.solution_path(lesson)).cells
+             if c.cell_type == "code" and c.source.startswith("%%writefile")]
+    return {m.group(1) for head in heads if (m := re.search(r"(\w+)\.py\s*$", head))}
+
+
 def imports_of(lesson: str) -> dict[str, tuple[str, bool]]:
     """Imported module (dotted, as written) -> (the first line importing it, whether that import is guarded).
 
@@ -168,6 +175,7 @@ def test_binder_installs_the_helper_without_dependencies():
 @pytest.mark.parametrize("lesson", ck.lessons())
 def test_every_import_is_on_binder(lesson):
     missing = {}
+    written = written_modules(lesson)  # scripts the lesson writes itself (%%writefile .../name.py)
     for module, (line, guarded) in imports_of(lesson).items():
         through = next((v for k, v in THROUGH_GPUCOURSE.items() if module == k or module.startswith(k + ".")), None)
         if through:
@@ -177,7 +185,7 @@ def test_every_import_is_on_binder(lesson):
             )
             continue
         top = module.split(".")[0]
-        if top in sys.stdlib_module_names or top == "gpucourse" or top in missing:
+        if top in sys.stdlib_module_names or top == "gpucourse" or top in missing or top in written:
             continue
         dists = providers().get(top)
         if not dists:
