@@ -15,7 +15,7 @@ PACKAGE = ck.ROOT / "utils" / "gpucourse"
 BUDGET_LINES = 1300  # COURSE.md's budget for the whole package
 # The package is over that budget today (issue 20): this ceiling stops it growing while it shrinks. Lower it
 # with every change that removes lines, until it meets BUDGET_LINES; then test against the budget itself.
-CEILING_LINES = 1830
+CEILING_LINES = 1770
 # Exempt from "two lessons": the command-line tools, the package's own plumbing, and `launch` (COURSE.md).
 EXEMPT = {"__init__", "__main__", "doctor", "bench", "launch"}
 
