@@ -340,7 +340,7 @@ def test_solution_notebook_in_jupyterlab(lab):
         assert not failed, "the solution must run without an error:\n" + "\n".join(failed)
         assert all(c.execution_count for _, c in cells), "Run All ran every code cell"
         images = page.locator(f"{NOTEBOOK} .jp-OutputArea-output img").count()
-        assert images >= 2, f"the plots render in the page ({images} images)"
+        assert images >= 1, f"the lesson's plot (the matmul rates) renders in the page ({images} images)"
         scroll_to_cell(page, next(i for i, c in cells if "plots.bars(rates" in c.source))
         shot = screenshot(page, f"browser-{LESSON}-solution.png")
     print(f"\nsolution notebook ({path.name}): {rendered} cells rendered, Run All in {took:.0f} s, no error, "
