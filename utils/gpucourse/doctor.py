@@ -1,51 +1,40 @@
-"""``python -m gpucourse doctor``: the environment report a learner pastes into a bug.
-
-``collect()`` gathers the facts (each probe reports its own failure, never a crash), ``diagnose(facts)`` turns them into
-findings with a fix, and ``main`` prints both; the exit status is 1 when a finding is an error.
-"""
+"""``python -m gpucourse doctor``: the environment report to paste into a bug, with a diagnosis; exit status 1 on an error."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
+import argparse
 import importlib.metadata
 import json
 import os
 import platform
 import re
 import sys
-from collections import Counter
-from dataclasses import asdict, dataclass
+from collections import namedtuple
+from functools import partial
 
 from . import __version__
 from .device import visible_devices_problem
 from .frameworks import course_set, load_tensorflow
 
-FRAMEWORKS = (("torch", "PyTorch"), ("tensorflow", "TensorFlow"), ("dali", "DALI"))
-# The oldest driver each CUDA major runs on; any CUDA 12.x on 525.60.13, any 13.x on 580 (minor-version
-# compatibility): docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, Table 1.
-MIN_DRIVER = {12: "525.60.13", 13: "580"}
-GPU_SET_FIX = ("Use the GPU set, where PyTorch, TensorFlow and DALI share CUDA 12: `make lab GPU=1` rebuilds .venv with it "
-               "(`make` picks it by itself where nvidia-smi lists a GPU).")
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str  # "ok", "info", "warning" or "error"
-    problem: str
-    fix: str = ""
+# key in the facts: its name in the report, then the distributions that install it (the first is the one to reinstall)
+FRAMEWORKS = {"torch": ("PyTorch", "torch"), "tensorflow": ("TensorFlow", "tensorflow", "tensorflow-cpu"),
+              "dali": ("DALI", "nvidia-dali-cuda120", "nvidia-dali-cuda130")}
+# The oldest driver of each CUDA major, which runs all its minors: docs.nvidia.com/deploy/cuda-compatibility/ (Table 1)
+MIN_DRIVER = {(12,): "525.60.13", (13,): "580"}
+GPU_SET_FIX = "Use the GPU set, where PyTorch, TensorFlow and DALI share CUDA 12: `make lab GPU=1` rebuilds .venv with it."
+Finding = namedtuple("Finding", "level problem fix", defaults=("",))  # level: "ok", "info", "warning" or "error"
 
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
-def _installed(*distributions: str) -> str | None:
-    """The version of the first of these distributions that is installed, else None."""
-    for name in distributions:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return importlib.metadata.version(name)
-    return None
+def _version(text, parts: int = 2) -> tuple[int, ...]:
+    return tuple(int(number) for number in re.findall(r"\d+", str(text))[:parts])
+
+
+def _distributions() -> dict:
+    return {(dist.metadata["Name"] or "").lower().replace("_", "-"): dist for dist in importlib.metadata.distributions()}
 
 
 def probe_driver() -> dict:
@@ -55,10 +44,6 @@ def probe_driver() -> dict:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception as exc:  # ImportError without nvidia-ml-py, NVMLError without a driver
-        facts["error"] = "nvidia-ml-py is not installed: " * isinstance(exc, ImportError) + _error(exc)
-        return facts
-    try:
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # 12040 is CUDA 12.4
         facts.update(found=True, version=pynvml.nvmlSystemGetDriverVersion(), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -67,57 +52,39 @@ def probe_driver() -> dict:
                                   "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
                                   "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                                   "uuid": pynvml.nvmlDeviceGetUUID(handle)})
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # ImportError without nvidia-ml-py, NVMLError without a driver
+        facts["error"] = "nvidia-ml-py is not installed: " * isinstance(exc, ImportError) + _error(exc)
+    return facts
+
+
+def probe_framework(key: str) -> dict:
+    """What a framework ("torch", "tensorflow", "dali") is built for and the GPUs it sees; a failing import is its error."""
+    installed = _distributions()
+    name = next((name for name in FRAMEWORKS[key][1:] if name in installed), None)
+    facts = {"installed": name is not None, "version": name and installed[name].version, "error": None}
+    try:
+        if name == "torch":
+            import torch
+
+            facts.update(version=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available(),
+                         cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+                         devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+            if facts["cuda"] and not facts["cuda_available"]:
+                try:
+                    torch.cuda.init()  # raises the reason CUDA does not start
+                except Exception as exc:
+                    facts["cuda_error"] = _error(exc)
+        elif name and key == "tensorflow":
+            tf, gpus = load_tensorflow()  # quietly: its C++ start-up lines would come before the report
+            build = tf.sysconfig.get_build_info()
+            facts.update(version=tf.__version__, is_cuda_build=bool(build.get("is_cuda_build")), gpus=len(gpus),
+                         cuda=build.get("cuda_version"), cudnn=build.get("cudnn_version"))
+        elif name:
+            facts.update(version=importlib.import_module("nvidia.dali").__version__, cuda=str(cuda_major(name, [])))
     except Exception as exc:
         facts["error"] = _error(exc)
-    with contextlib.suppress(Exception):
-        pynvml.nvmlShutdown()
     return facts
-
-
-def _framework(*distributions: str):
-    """Makes a framework's probe: ``installed``, ``version`` and ``error`` around what it reads; a failing import is its error."""
-    def decorate(read):
-        def probe() -> dict:
-            version = _installed(*distributions)
-            facts = {"installed": version is not None, "version": version, "error": None}
-            try:
-                return {**facts, **read()} if version else facts
-            except Exception as exc:
-                return {**facts, "error": _error(exc)}
-        return probe
-    return decorate
-
-
-@_framework("torch")
-def probe_torch() -> dict:
-    """PyTorch's build (CUDA, cuDNN), the GPUs it sees, and why CUDA does not start where it does not."""
-    import torch
-
-    facts = {"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
-             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-             "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
-    if facts["cuda"] and not facts["cuda_available"]:
-        try:
-            torch.cuda.init()  # raises the reason CUDA does not start
-        except Exception as exc:
-            facts["cuda_error"] = _error(exc)
-    return facts
-
-
-@_framework("tensorflow", "tensorflow-cpu")
-def probe_tensorflow() -> dict:
-    """TensorFlow's build (CUDA or CPU-only) and how many GPUs it sees."""
-    tf, gpus = load_tensorflow()  # quietly: its C++ start-up lines would come before the report
-    build = tf.sysconfig.get_build_info()
-    return {"version": tf.__version__, "is_cuda_build": bool(build.get("is_cuda_build")), "cuda": build.get("cuda_version"),
-            "cudnn": build.get("cudnn_version"), "gpus": len(gpus)}
-
-
-@_framework("nvidia-dali-cuda120", "nvidia-dali-cuda130")
-def probe_dali() -> dict:
-    """DALI's version and the CUDA major of its wheel."""
-    dali = importlib.import_module("nvidia.dali")
-    return {"version": dali.__version__, "cuda": "12" if _installed("nvidia-dali-cuda120") else "13"}
 
 
 def cuda_major(name: str, files: list[str]) -> int | None:
@@ -130,8 +97,7 @@ def cuda_major(name: str, files: list[str]) -> int | None:
 def probe_nvidia_packages() -> dict:
     """The installed nvidia-* wheels with the CUDA major of each, and library files that two of them claim."""
     packages, owners = {}, {}
-    for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    for name, dist in _distributions().items():
         if name.startswith("nvidia-") and not name.startswith("nvidia-ml-py"):
             files = [str(f) for f in dist.files or [] if str(f).startswith("nvidia/")]
             packages[name] = cuda_major(name, files)
@@ -141,23 +107,16 @@ def probe_nvidia_packages() -> dict:
 
 
 def collect() -> dict:
-    """Every fact the diagnosis needs; a probe's own bug becomes its error and never hides the others."""
     facts = {"gpucourse": __version__, "python": platform.python_version(), "platform": platform.platform(),
              "colab": "google.colab" in sys.modules, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "course_set": course_set()}
-    for name, probe in (("driver", probe_driver), ("torch", probe_torch), ("tensorflow", probe_tensorflow), ("dali", probe_dali),
-                        ("nvidia", probe_nvidia_packages)):
+    probes = {"driver": probe_driver, **{k: partial(probe_framework, k) for k in FRAMEWORKS}, "nvidia": probe_nvidia_packages}
+    for name, probe in probes.items():
         try:
             facts[name] = probe()
-        except Exception as exc:
+        except Exception as exc:  # a probe's own bug becomes its error and never hides the other facts
             facts[name] = {"installed": False, "found": False, "error": _error(exc)}
     return facts
-
-
-def _version(text, parts: int = 2) -> tuple[int, ...]:
-    with contextlib.suppress(ValueError):
-        return tuple(int(part) for part in str(text).split(".")[:parts])
-    return ()
 
 
 def diagnose(facts: dict) -> list[Finding]:
@@ -167,158 +126,109 @@ def diagnose(facts: dict) -> list[Finding]:
     def add(level: str, problem: str, fix: str = "") -> None:
         findings.append(Finding(level, problem, fix))
 
-    driver, torch_, tf, dali, nvidia = (facts.get(k) or {} for k in ("driver", "torch", "tensorflow", "dali", "nvidia"))
-    gpus, visible = len(driver.get("gpus") or []), facts.get("cuda_visible_devices")
-    hidden = visible is not None and visible.strip() in {"", "-1"}
-    # CUDA_VISIBLE_DEVICES naming GPUs that do not exist (an index past the count, an unknown UUID) hides them all too
-    missing = None if hidden or not gpus else visible_devices_problem(visible, [g.get("uuid") or "" for g in driver["gpus"]])
+    driver, nvidia, visible = facts.get("driver") or {}, facts.get("nvidia") or {}, facts.get("cuda_visible_devices")
+    gpus = len(driver.get("gpus") or [])
     if not driver.get("found"):
-        add("info", f"No NVIDIA driver found ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU here. "
-            "(TensorFlow's start-up lines \"Could not find cuda drivers\" and \"failed call to cuInit ... (303)\" say only this, "
-            "so gpucourse holds them back.)", "For a GPU: on Colab choose Runtime > Change runtime type > a GPU; on your own "
-            "machine install NVIDIA's driver until `nvidia-smi` lists the card.")
+        add("info", f"No NVIDIA driver ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU; TensorFlow's "
+            "start-up lines \"Could not find cuda drivers\" and \"failed call to cuInit\" say only this.",
+            "For a GPU on Colab: Runtime > Change runtime type; elsewhere install NVIDIA's driver until `nvidia-smi` lists it.")
     elif not gpus:
         add("warning", "The NVIDIA driver is loaded but lists no GPU.", "Check `nvidia-smi`.")
-    if hidden:
-        add("error" if gpus else "warning", f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from every framework"
-            + (f" (the driver sees {gpus})." if gpus else "."), "Unset it (`unset CUDA_VISIBLE_DEVICES`, or `del os.environ"
-            "['CUDA_VISIBLE_DEVICES']` before importing torch) or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0.")
-    elif missing:
-        hidden = True  # the framework checks below then blame CUDA_VISIBLE_DEVICES, not the driver
-        add("error", f"{missing} (the driver sees {gpus}).", "List GPUs that exist: indices from 0 to one less than the count, "
-            "or UUIDs from `nvidia-smi -L`; CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so UUIDs are "
-            "the safe choice.")
-
-    working = []  # the frameworks that import
-    for (key, label), framework in zip(FRAMEWORKS, (torch_, tf, dali), strict=True):
-        if not framework.get("installed"):
-            add("info", f"{label} is not installed: its cells are skipped.",
-                "`make lab` (or `pip install -e '.[course]'`) installs the course environment.")
-        elif framework.get("error"):
-            add("error", f"{label} is installed but fails to import: {framework['error']}", "Reinstall it: `pip install "
-                f"--force-reinstall {'nvidia-dali-cuda120' if key == 'dali' else key}=={framework.get('version')}`.")
+    # an empty CUDA_VISIBLE_DEVICES, or one naming GPUs that do not exist, hides every GPU from every framework
+    if hidden := gpus and visible_devices_problem(visible, [g.get("uuid") or "" for g in driver["gpus"]]):
+        add("error", f"{hidden} (the driver sees {gpus} GPU(s)).", "Unset it (`unset CUDA_VISIBLE_DEVICES`, or `del os.environ"
+            "['CUDA_VISIBLE_DEVICES']` before importing torch) or name GPUs by their UUIDs from `nvidia-smi -L`.")
+    working = []
+    for key, (label, distribution, *_) in FRAMEWORKS.items():
+        info = facts.get(key) or {}
+        if not info.get("installed"):
+            add("info", f"{label} is not installed: its cells are skipped.", "`make lab` installs the course environment.")
+        elif info.get("error"):
+            add("error", f"{label} fails to import: {info['error']}",
+                f"Reinstall it: `pip install --force-reinstall {distribution}=={info.get('version')}`.")
         else:
             working.append(label)
-
-    majors: dict[int, list[str]] = {}
-    for name, major in sorted((nvidia.get("packages") or {}).items()):
-        if major:
-            majors.setdefault(major, []).append(name)
+    packages = nvidia.get("packages") or {}
+    majors = {m: [name for name, k in sorted(packages.items()) if k == m] for m in sorted(set(packages.values()) - {None})}
     if len(majors) > 1:
-        listed = "; ".join(f"CUDA {m}: " + ", ".join(names[:3]) + f" and {len(names) - 3} more" * (len(names) > 3)
-                           for m, names in sorted(majors.items()))
-        add("warning" if gpus else "info", f"Libraries of two CUDA majors are installed side by side ({listed}): a process "
-            "that loads both can get the wrong cuBLAS, cuDNN or NCCL." + ("" if gpus else " Harmless without an NVIDIA GPU."),
+        listed = "; ".join(f"CUDA {m}: {', '.join(names[:3])}" + f" and {len(names) - 3} more" * (len(names) > 3)
+                           for m, names in majors.items())
+        add("warning" if gpus else "info", f"Libraries of two CUDA majors are installed side by side ({listed}): a process that "
+            "loads both can get the wrong cuBLAS, cuDNN or NCCL" + ("." if gpus else " (harmless without a GPU)."),
             GPU_SET_FIX if gpus else "")
     if clashes := nvidia.get("clashes"):
         path, owners = sorted(clashes.items())[0]
-        add("error", f"{len(clashes)} library file(s) belong to two packages at once, e.g. {path} ({' and '.join(owners)}): "
-            "the one installed last overwrote the other's, so the framework that needs the other gets the wrong cuDNN or NCCL.",
-            "pip cannot untangle this: start afresh with one set, `rm -rf .venv && make lab` (the GPU set where nvidia-smi "
-            "lists a GPU). Never `pip install tensorflow[and-cuda]` into PyTorch's CUDA 13 environment.")
-    if gpus and not hidden:
-        _gpu_findings(add, driver, torch_, tf, dali, majors, working, str(facts.get("platform", "")).startswith("Windows"))
-    if not any(f.level in {"error", "warning"} for f in findings):
-        add("ok", "Nothing is wrong: the course will use " + ("the GPU." if gpus else "the CPU."))
-    return findings
-
-
-def _gpu_findings(add, driver: dict, torch_: dict, tf: dict, dali: dict, majors: dict, working: list, windows: bool) -> None:
-    """Whether the driver runs each framework's CUDA build, and whether the framework sees the GPUs; if not, why not."""
-    gpus, cuda, version = len(driver["gpus"]), driver["cuda"], driver["version"]
-    old, newer = [], []
-    for label, build in (("PyTorch", torch_.get("cuda")), ("TensorFlow", tf.get("is_cuda_build") and tf.get("cuda")),
-                         ("DALI", dali.get("cuda"))):
-        if label in working and build and (major := _version(build)[:1]):
-            need = MIN_DRIVER.get(major[0], "")
-            if _version(cuda)[:1] < major or _version(version, 3) < _version(need, 3):
-                old.append((label, build, need))
-            elif _version(cuda) < _version(build):
-                newer.append(f"{label} is built for CUDA {build}, newer than the driver's {cuda}: it runs through CUDA's "
-                             f"minor-version compatibility (only code compiled on the fly for {build} could fail).")
+        add("error", f"{len(clashes)} library file(s) belong to two packages, e.g. {path} ({' and '.join(owners)}): the one "
+            "installed last overwrote the other's.", "Start afresh with one set: `rm -rf .venv && make lab`.")
+    if not gpus or hidden:
+        return findings
+    # The GPUs are visible: does the driver run each framework's CUDA build, and does each framework see them?
+    torch_, tf, cuda, version = facts.get("torch") or {}, facts.get("tensorflow") or {}, driver["cuda"], driver["version"]
+    old = {}  # label: (its build's CUDA, the driver that CUDA needs)
+    builds = {"PyTorch": torch_.get("cuda"), "TensorFlow": tf.get("is_cuda_build") and tf.get("cuda"),
+              "DALI": (facts.get("dali") or {}).get("cuda")}
+    for label, build in ((label, build) for label, build in builds.items() if label in working and build):
+        need = MIN_DRIVER.get(_version(build, 1), "")
+        if _version(cuda, 1) < _version(build, 1) or _version(version, 3) < _version(need, 3):
+            old[label] = build, need
+        elif _version(cuda) < _version(build):
+            add("info", f"{label}'s CUDA {build} is newer than the driver's {cuda}: it runs by minor-version compatibility.")
     if old:
-        add("error", f"The NVIDIA driver {version} supports CUDA up to {cuda}: too old for " + ", ".join(
-            f"{label} (built for CUDA {build}, which needs driver {need} or newer)" for label, build, need in old)
-            + ". A driver runs every minor version of its CUDA major (minor-version compatibility), not the next major.",
-            f"Update the NVIDIA driver to {max((n for *_, n in old), key=lambda n: _version(n, 3))} or newer "
-            f"(https://www.nvidia.com/drivers), or install builds for CUDA {cuda} or older.")
-    for text in newer:
-        add("info", text)
-    too_old = [label for label, *_ in old]
-    if "PyTorch" in working:
+        add("error", f"The NVIDIA driver {version} (CUDA up to {cuda}) is too old for " + ", ".join(
+            f"{label} (built for CUDA {build}, which needs driver {need} or newer)" for label, (build, need) in old.items()),
+            f"Update the NVIDIA driver to {max((need for _, need in old.values()), key=_version)} or newer (nvidia.com/drivers).")
+    if "PyTorch" in working and "PyTorch" not in old:
         if not torch_.get("cuda"):
             add("error", f"PyTorch {torch_.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
-                f"Install a CUDA build: pick CUDA {cuda} or older at https://pytorch.org/get-started/locally/ and run the pip "
-                "command it gives.")
+                f"Install a build for CUDA {cuda} or older with the pip command at https://pytorch.org/get-started/locally/.")
         elif torch_.get("cuda_available"):
-            add("ok", f"PyTorch sees {len(torch_.get('devices') or [])} GPU(s): " + ", ".join(torch_.get("devices") or []) + ".")
-        elif "PyTorch" not in too_old:
-            add("error", f"PyTorch (CUDA {torch_['cuda']}) cannot use the {gpus} GPU(s) the driver sees: "
-                f"{torch_.get('cuda_error') or 'torch.cuda.is_available() is False'}.",
-                "Read the error above; `nvidia-smi` must work, and the GPU must not be held in exclusive mode.")
-    if "TensorFlow" in working:
-        # its CUDA libraries are the cu12 wheels of its and-cuda extra; adding them beside CUDA 13 ones breaks PyTorch
-        add_cuda = (GPU_SET_FIX if 13 in majors or str(torch_.get("cuda")).startswith("13") else
-                    f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` adds them (Linux, WSL2).")
-        libraries = "installed, so read `nvidia-smi`." if "nvidia-cudnn-cu12" in majors.get(12, []) else "missing."
-        if tf.get("gpus"):
-            add("ok", f"TensorFlow sees {tf['gpus']} GPU(s).")
-        elif windows:
-            add("warning", f"TensorFlow {tf.get('version')} runs on the CPU here: it has no GPU support on native Windows "
-                "since 2.11.", "Use WSL2 (Ubuntu in the Windows Subsystem for Linux; the Windows NVIDIA driver serves it) and "
-                "`make lab` there. PyTorch does use the GPU on native Windows.")
-        elif "TensorFlow" not in too_old:
-            add("error", f"TensorFlow {tf.get('version')} sees no GPU though the driver sees {gpus}: " + (
-                "its CUDA libraries (nvidia-cudnn-cu12 and the other CUDA 12 wheels) are " + libraries
-                if tf.get("is_cuda_build") else "it is a CPU-only build."), add_cuda)
-
-
-def exit_status(findings: list[Finding]) -> int:
-    return 1 if any(f.level == "error" for f in findings) else 0
-
-
-def _framework_line(label: str, facts: dict) -> str:
-    if not facts.get("installed"):
-        return f"{label}: not installed"
-    if facts.get("error"):
-        return f"{label} {facts.get('version')}: FAILS TO IMPORT ({facts['error']})"
-    seen = len(facts["devices"]) if "devices" in facts else facts.get("gpus")
-    build = ("built for CUDA " + facts["cuda"] if facts["cuda"] else "CPU-only build") if "cuda" in facts else None
-    return ", ".join(filter(None, (f"{label} {facts.get('version')}", build, facts.get("cudnn") and f"cuDNN {facts['cudnn']}",
-                                   seen is not None and f"sees {seen} GPU(s)")))
+            add("ok", f"PyTorch sees {len(torch_['devices'])} GPU(s): {', '.join(torch_['devices'])}.")
+        else:
+            add("error", f"PyTorch cannot use the {gpus} GPU(s) the driver sees: {torch_.get('cuda_error') or 'no CUDA'}.",
+                "`nvidia-smi` must work, and the GPU must not be in exclusive mode.")
+    if "TensorFlow" in working and "TensorFlow" not in old and not tf.get("gpus"):
+        if str(facts.get("platform")).startswith("Windows"):
+            add("warning", f"TensorFlow {tf.get('version')} has no GPU support on native Windows since 2.11.",
+                "Use WSL2 (Ubuntu in the Windows Subsystem for Linux) and `make lab` there; PyTorch uses the GPU on Windows.")
+        else:  # its CUDA libraries are the cu12 wheels of its and-cuda extra, which break PyTorch's CUDA 13 ones
+            libraries = "installed, so read `nvidia-smi`" if "nvidia-cudnn-cu12" in majors.get(12, []) else "missing"
+            add("error", f"TensorFlow {tf.get('version')} sees no GPU: " + (f"its CUDA libraries (nvidia-cudnn-cu12 and the "
+                f"other CUDA 12 wheels) are {libraries}." if tf.get("is_cuda_build") else "it is a CPU-only build."),
+                GPU_SET_FIX if 13 in majors or str(torch_.get("cuda")).startswith("13")
+                else f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` adds them (Linux, WSL2).")
+    return findings
 
 
 def render(facts: dict, findings: list[Finding]) -> str:
     """The report as text: the machine, the driver and its GPUs, each framework, then the diagnosis."""
     driver, visible = facts.get("driver") or {}, facts.get("cuda_visible_devices")
-    majors = Counter(m for m in ((facts.get("nvidia") or {}).get("packages") or {}).values() if m)
     lines = [f"gpucourse {facts.get('gpucourse')} environment report",
-             f"  Python {facts.get('python')} on {facts.get('platform')}" + (" (Colab)" if facts.get("colab") else ""),
-             "  CUDA_VISIBLE_DEVICES: " + ("(unset)" if visible is None else repr(visible)),
-             f"  pinned set: {facts.get('course_set') or 'not recorded (not made by `make`)'}; NVIDIA wheels per CUDA major: "
-             + (", ".join(f"CUDA {m}: {n}" for m, n in sorted(majors.items())) or "none")]
-    if driver.get("found"):
-        lines.append(f"  NVIDIA driver {driver.get('version')}, supports CUDA up to {driver.get('cuda')}")
-        lines += [f"    GPU {g['index']}: {g['name']}, {g['memory_gib']} GiB, compute capability {g['compute_capability']}"
-                  for g in driver.get("gpus") or []]
-    else:
-        lines.append(f"  NVIDIA driver: not found ({driver.get('error')})")
-    lines += ["  " + _framework_line(label, facts.get(key) or {}) for key, label in FRAMEWORKS] + ["Diagnosis:"]
-    for finding in findings:
-        lines += [f"  [{finding.level}] {finding.problem}"] + ([f"      fix: {finding.fix}"] if finding.fix else [])
+             f"  Python {facts.get('python')} on {facts.get('platform')}{' (Colab)' * bool(facts.get('colab'))}, "
+             f"CUDA_VISIBLE_DEVICES {'unset' if visible is None else repr(visible)}, pinned set: "
+             f"{facts.get('course_set') or 'none (not made by `make`)'}",
+             f"  NVIDIA driver {driver.get('version')}, supports CUDA up to {driver.get('cuda')}" if driver.get("found")
+             else f"  NVIDIA driver: not found ({driver.get('error')})"]
+    lines += [f"    GPU {g['index']}: {g['name']}, {g['memory_gib']} GiB, compute capability {g['compute_capability']}"
+              for g in driver.get("gpus") or []]
+    for key, (label, *_) in FRAMEWORKS.items():
+        info = facts.get(key) or {}
+        seen = len(info["devices"]) if "devices" in info else info.get("gpus")
+        details = [f"FAILS TO IMPORT ({info['error']})"] if info.get("error") else [
+            f"built for CUDA {info['cuda']}" if info.get("cuda") else "CPU-only build",
+            info.get("cudnn") and f"cuDNN {info['cudnn']}", seen is not None and f"sees {seen} GPU(s)"]
+        lines.append(f"  {label} {info['version']}, " + ", ".join(filter(None, details)) if info.get("installed")
+                     else f"  {label}: not installed")
+    lines.append("Diagnosis:")
+    lines += [f"  [{f.level}] {f.problem}" + f"\n      fix: {f.fix}" * bool(f.fix) for f in findings]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m gpucourse doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gpucourse doctor", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print the facts and findings as JSON")
-    args = parser.parse_args(argv)
+    as_json = parser.parse_args(argv).json
     facts = collect()
     findings = diagnose(facts)
-    if args.json:
-        print(json.dumps({"facts": facts, "findings": [asdict(f) for f in findings]}, indent=2, default=str))
-    else:
-        print(render(facts, findings))
-    return exit_status(findings)
+    print(json.dumps({"facts": facts, "findings": [f._asdict() for f in findings]}, indent=2, default=str) if as_json
+          else render(facts, findings))
+    return 1 if any(f.level == "error" for f in findings) else 0
