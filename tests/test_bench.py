@@ -23,7 +23,7 @@ QUICK = ["--device", "cpu", "--size", "64", "--min-run-time", "0.01"]
     ],
 )
 def test_known_cards_by_the_names_pytorch_reports(name, label):
-    assert bench.known_card(name)[0] == label
+    assert bench.make_card(name, "cuda:0", {})["known_as"] == label
 
 
 def test_the_peak_table_is_dense_and_consistent():
@@ -32,7 +32,8 @@ def test_the_peak_table_is_dense_and_consistent():
         if bf16 is not None:
             assert bf16 == fp16 and tf32 <= bf16 / 2 + 1e-9, label
         assert memory > pcie > 0, label
-    assert bench.known_card("NVIDIA H100 80GB HBM3")[1]["bf16"] == pytest.approx(989.5), "dense, not the sparse 1,979"
+    peaks = {row["key"]: row["peak"] for row in bench.make_card("NVIDIA H100 80GB HBM3", "cuda:0", {})["rows"]}
+    assert peaks["bf16"] == pytest.approx(989.5), "dense, not the sparse 1,979"
 
 
 def test_ratios_for_a_known_card():
