@@ -1,10 +1,8 @@
-"""gpucourse: the helper package of the course "GPUs for Machine Learning" (one module per concept).
+"""gpucourse: the helper of the course "GPUs for Machine Learning" (one module per concept).
 
-Importing it is cheap and never imports PyTorch, TensorFlow or DALI: names load on first use, so
-``python -m gpucourse doctor`` can report a broken install instead of crashing on it.
+Names load on first use, so importing it never imports PyTorch, TensorFlow or DALI and ``python -m gpucourse doctor``
+can report a broken install instead of crashing on it.
 """
-
-from __future__ import annotations
 
 import importlib
 import importlib.util
@@ -12,25 +10,14 @@ import importlib.util
 __version__ = "0.1.0"
 
 _EXPORTS = {  # name -> module; every other module is reached as gpucourse.plots, gpucourse.memory, ...
-    "choose_device": "device",
-    "device_facts": "device",
-    "DeviceError": "device",
-    "GPURequiredError": "device",
-    "amp_dtype": "device",
-    "workload": "device",
-    "is_grading": "device",
+    "choose_device": "device", "device_facts": "device", "DeviceError": "device", "amp_dtype": "device",
+    "workload": "device", "is_grading": "device",
     "benchmark": "timing",
-    "setup_notebook": "notebook",
-    "set_seed": "notebook",
-    "make_shapes": "data",
-    "shapes_dataset": "data",
-    "write_image_folder": "data",
+    "setup_notebook": "notebook", "set_seed": "notebook",
+    "make_shapes": "data", "shapes_dataset": "data", "write_image_folder": "data",
     "SmallCNN": "models",
-    "import_tensorflow": "frameworks",
-    "import_dali": "frameworks",
-    "import_dali_tf": "frameworks",
+    "import_tensorflow": "frameworks", "import_dali": "frameworks", "import_dali_tf": "frameworks",
 }
-
 __all__ = sorted(_EXPORTS)
 
 

@@ -1,10 +1,5 @@
-"""The course's own image set, drawn from a seed (nothing is downloaded): coloured shapes on noisy backgrounds.
-
-A small CNN learns them in seconds on a CPU, yet colour, size, position and rotation vary. ``shapes_dataset`` keeps
-them in memory; ``write_image_folder`` writes real JPEG files (``root/<class>/<n>.jpg``) for the input-pipeline lessons.
-"""
-
-from __future__ import annotations
+"""The course's own images, drawn from a seed (nothing is downloaded): coloured shapes of varying size, position and
+rotation on noisy backgrounds, in memory (``shapes_dataset``) or as JPEG files (``write_image_folder``)."""
 
 import json
 import math
@@ -17,11 +12,6 @@ import numpy as np
 
 CLASSES = ("circle", "square", "triangle", "cross")
 _VERSION = 2  # bump when the drawing changes, so caches are rebuilt
-
-
-def _polygon(cx, cy, r, sides, angle):
-    turns = [angle + 2 * math.pi * k / sides for k in range(sides)]
-    return [(cx + r * math.cos(a), cy + r * math.sin(a)) for a in turns]
 
 
 def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
@@ -38,15 +28,14 @@ def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
     shape = CLASSES[label]
     if shape == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
-    elif shape == "square":  # tilted by at most 20 degrees, so it never turns into a diamond
-        draw.polygon(_polygon(cx, cy, r * 1.3, 4, math.pi / 4 + (angle % 0.7) - 0.35), fill=colour)
-    elif shape == "triangle":
-        draw.polygon(_polygon(cx, cy, r * 1.3, 3, angle), fill=colour)
-    else:  # cross: two bars
-        for turn in (0, math.pi / 2):
-            a = angle + turn
+    elif shape == "cross":  # two bars
+        for a in (angle, angle + math.pi / 2):
             dx, dy = r * 1.2 * math.cos(a), r * 1.2 * math.sin(a)
             draw.line([cx - dx, cy - dy, cx + dx, cy + dy], fill=colour, width=max(2, int(r / 2.5)))
+    else:  # a square tilted by at most 20 degrees (never a diamond), or a triangle at any angle
+        sides, start = (4, math.pi / 4 + (angle % 0.7) - 0.35) if shape == "square" else (3, angle)
+        turns = [start + 2 * math.pi * k / sides for k in range(sides)]
+        draw.polygon([(cx + r * 1.3 * math.cos(a), cy + r * 1.3 * math.sin(a)) for a in turns], fill=colour)
     return np.asarray(image)
 
 
@@ -71,17 +60,13 @@ def shapes_dataset(n: int, *, image_size: int = 32, seed: int = 0):
 
 def write_image_folder(root: str | os.PathLike | None = None, *, n_per_class: int = 64, image_size: int = 64, seed: int = 0,
                        quality: int = 90) -> Path:
-    """Write the shapes as JPEG files in ``root`` (default: under ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``), cached.
-
-    Safe from two processes at once: the tree is written next to ``root`` and moved into place in one step.
-    """
+    """Write the shapes as JPEG files ``root/<class>/<n>.jpg`` (default: under ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``),
+    once: the tree is written next to ``root`` and moved into place in one step, so two processes may race."""
     from PIL import Image
 
     params = {"version": _VERSION, "n_per_class": n_per_class, "image_size": image_size, "seed": seed, "quality": quality}
-    if root is None:
-        cache = Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
-        root = cache / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}"
-    root = Path(root)
+    cache = Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
+    root = Path(root or cache / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}")
     manifest = root / "manifest.json"
     if manifest.exists() and json.loads(manifest.read_text()) == params:
         return root

@@ -1,10 +1,5 @@
-"""What every lesson's set-up cell does: seed everything, and make the two commonest errors say what to do.
-
-A name from a cell not run yet (the notebook run out of order) and an unanswered exercise stay errors, so
-nbgrader still sees a failing cell; the traceback just ends with a sentence saying what to do.
-"""
-
-from __future__ import annotations
+"""What every lesson's set-up cell does: seed everything, and make a cell run out of order or an unanswered exercise
+say what to do (the error stays, so nbgrader still sees a failing cell)."""
 
 import random
 import sys
@@ -20,10 +15,10 @@ HINTS = {
 
 
 def _handler(shell, etype, value, tb, tb_offset=None):
-    """IPython custom exception handler: the usual traceback plus one hint."""
-    hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
-    if issubclass(etype, NotImplementedError) and str(value):
-        hint = None  # a library's own NotImplementedError ("Cannot copy out of meta tensor") says what it means
+    """IPython's custom exception handler: the usual traceback plus one hint."""
+    # a library's own NotImplementedError ("Cannot copy out of meta tensor") says what it means: no hint
+    hint = None if issubclass(etype, NotImplementedError) and str(value) else next(
+        (text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     if hint is not None:
         stb = [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
@@ -41,26 +36,20 @@ def set_seed(seed: int = 0) -> int:
     np.random.seed(seed)
     torch.manual_seed(seed)
     _last_seed = seed
-    if "tensorflow" in sys.modules:
-        seed_tensorflow()
+    seed_tensorflow()
     return seed
 
 
 def seed_tensorflow() -> None:
-    """Seed TensorFlow with the last seed ``set_seed`` was given; ``import_tensorflow`` calls it."""
-    if _last_seed is not None:
-        import tensorflow as tf
-
+    """Seed TensorFlow, if it is loaded, with the last seed ``set_seed`` was given (``import_tensorflow`` calls it)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and _last_seed is not None:
         tf.keras.utils.set_random_seed(_last_seed)
 
 
 def setup_notebook(seed: int = 0) -> None:
     """Seed every generator and, inside IPython, install the friendly error hints."""
     set_seed(seed)
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
     if shell is not None:
         shell.set_custom_exc(tuple(HINTS), _handler)

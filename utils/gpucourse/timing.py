@@ -1,18 +1,15 @@
-"""Time code correctly on a CPU and a GPU: ``torch.utils.benchmark`` with the course's habits (lesson 01 writes it out).
+"""Time code on a CPU or GPU: ``torch.utils.benchmark`` with the course's habits (lesson 01 writes them out first)."""
 
-``benchmark`` synchronizes the GPU the work runs on (the Timer's default waits only for the current one),
-uses all of PyTorch's threads (the Timer's default is one) and reports the median with its interquartile range.
-"""
-
-from __future__ import annotations
-
+import logging
+import statistics
+import timeit
 from dataclasses import dataclass
+
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # its CUDA_HOME warning when benchmark loads
 
 
 @dataclass(frozen=True)
-class Timing:
-    """The result of ``benchmark``: seconds per call."""
-
+class Timing:  # seconds per call, as `benchmark` measured them
     median: float
     iqr: float
     runs: int
@@ -24,33 +21,24 @@ class Timing:
         return (f"{self.label + ': ' if self.label else ''}{self.median * scale:.3f} {unit} per call "
                 f"(IQR {self.iqr * scale:.3f} {unit}, median of {self.runs} runs on {self.device})")
 
-    def rate(self, amount: float) -> float:
-        """``amount`` per second, e.g. ``rate(2 * n**3) / 1e12`` for TFLOP/s."""
+    def rate(self, amount: float) -> float:  # amount per second: rate(2 * n**3) / 1e12 is TFLOP/s
         return amount / self.median
 
 
 def benchmark(fn, *args, device=None, min_run_time: float = 0.2, min_runs: int = 3, warmup: int = 1, label: str = "",
               **kwargs) -> Timing:
-    """Time ``fn(*args, **kwargs)``: warm-up, then the median of synchronized ``Timer.blocked_autorange`` runs."""
-    import logging
-    import statistics
-    import timeit
-
+    """Time ``fn(*args, **kwargs)``: warm-up, then the median and IQR of ``Timer.blocked_autorange`` runs on all threads."""
     import torch
-
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # its CUDA_HOME warning is noise here
     from torch.utils import benchmark as tb
 
-    # the GPU to wait for: `device` if it is one, else that of the first CUDA tensor argument, else the current one
-    cuda = torch.device(device) if device is not None else next(
-        (v.device for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor) and v.is_cuda), None)
-    if cuda is None or cuda.type != "cuda":  # CPU work may still wait on queued GPU work
-        cuda = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-
-    def clock() -> float:
+    def clock() -> float:  # waits for `cuda` below; the Timer's default timer waits only for the current GPU
         torch.cuda.synchronize(cuda)
         return timeit.default_timer()
 
+    on_gpu = [v.device for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.is_cuda]
+    cuda = torch.device(device if device is not None else (on_gpu or ["cpu"])[0])  # `device`, else the first CUDA argument's
+    if cuda.type != "cuda":  # CPU work may still wait on queued GPU work
+        cuda = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
     for _ in range(warmup):
         fn(*args, **kwargs)
     timer = tb.Timer(stmt="fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
