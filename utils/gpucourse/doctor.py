@@ -1,7 +1,5 @@
 """``python -m gpucourse doctor``: the environment report to paste into a bug, with a diagnosis; exit status 1 on an error."""
 
-from __future__ import annotations
-
 import argparse
 import importlib.metadata
 import json
@@ -10,17 +8,14 @@ import platform
 import re
 import sys
 from collections import namedtuple
-from functools import partial
 
 from . import __version__
 from .device import visible_devices_problem
 from .frameworks import course_set, load_tensorflow
 
-# key in the facts: its name in the report, then the distributions that install it (the first is the one to reinstall)
 FRAMEWORKS = {"torch": ("PyTorch", "torch"), "tensorflow": ("TensorFlow", "tensorflow", "tensorflow-cpu"),
-              "dali": ("DALI", "nvidia-dali-cuda120", "nvidia-dali-cuda130")}
-# The oldest driver of each CUDA major, which runs all its minors: docs.nvidia.com/deploy/cuda-compatibility/ (Table 1)
-MIN_DRIVER = {(12,): "525.60.13", (13,): "580"}
+              "dali": ("DALI", "nvidia-dali-cuda120", "nvidia-dali-cuda130")}  # key: (name in the report, its distributions)
+MIN_DRIVER = {(12,): "525.60.13", (13,): "580"}  # per CUDA major, for all its minors: docs.nvidia.com/deploy/cuda-compatibility
 GPU_SET_FIX = "Use the GPU set, where PyTorch, TensorFlow and DALI share CUDA 12: `make lab GPU=1` rebuilds .venv with it."
 Finding = namedtuple("Finding", "level problem fix", defaults=("",))  # level: "ok", "info", "warning" or "error"
 
@@ -33,10 +28,6 @@ def _version(text, parts: int = 2) -> tuple[int, ...]:
     return tuple(int(number) for number in re.findall(r"\d+", str(text))[:parts])
 
 
-def _distributions() -> dict:
-    return {(dist.metadata["Name"] or "").lower().replace("_", "-"): dist for dist in importlib.metadata.distributions()}
-
-
 def probe_driver() -> dict:
     """The NVIDIA driver, the newest CUDA it supports and its GPUs, read through NVML (nvidia-ml-py)."""
     facts = {"found": False, "version": None, "cuda": None, "gpus": [], "error": None}
@@ -46,12 +37,11 @@ def probe_driver() -> dict:
         pynvml.nvmlInit()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # 12040 is CUDA 12.4
         facts.update(found=True, version=pynvml.nvmlSystemGetDriverVersion(), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            facts["gpus"].append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
-                                  "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
-                                  "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                                  "uuid": pynvml.nvmlDeviceGetUUID(handle)})
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
+        facts["gpus"] = [{"index": index, "name": pynvml.nvmlDeviceGetName(handle),
+                          "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+                          "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                          "uuid": pynvml.nvmlDeviceGetUUID(handle)} for index, handle in enumerate(handles)]
         pynvml.nvmlShutdown()
     except Exception as exc:  # ImportError without nvidia-ml-py, NVMLError without a driver
         facts["error"] = "nvidia-ml-py is not installed: " * isinstance(exc, ImportError) + _error(exc)
@@ -60,15 +50,15 @@ def probe_driver() -> dict:
 
 def probe_framework(key: str) -> dict:
     """What a framework ("torch", "tensorflow", "dali") is built for and the GPUs it sees; a failing import is its error."""
-    installed = _distributions()
+    installed = {(dist.metadata["Name"] or "").lower().replace("_", "-"): dist for dist in importlib.metadata.distributions()}
     name = next((name for name in FRAMEWORKS[key][1:] if name in installed), None)
     facts = {"installed": name is not None, "version": name and installed[name].version, "error": None}
     try:
         if name == "torch":
             import torch
 
-            facts.update(version=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available(),
-                         cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            facts.update(version=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                         cuda_available=torch.cuda.is_available(),
                          devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
             if facts["cuda"] and not facts["cuda_available"]:
                 try:
@@ -89,15 +79,15 @@ def probe_framework(key: str) -> dict:
 
 def cuda_major(name: str, files: list[str]) -> int | None:
     """nvidia-cudnn-cu12 -> 12, nvidia-dali-cuda130 -> 13, CUDA 13's unsuffixed wheels (files in nvidia/cu13/) -> 13."""
-    found = re.search(r"-cu(\d\d)$|-cuda(\d\d)\d$", name) or next(
-        (m for m in map(re.compile(r"^nvidia/cu(\d\d)/").match, files) if m), None)
+    found = re.search(r"-cu(\d\d)$|-cuda(\d\d)\d$", name) or re.search(r"^nvidia/cu(\d\d)/", "\n".join(files), re.MULTILINE)
     return int(next(g for g in found.groups() if g)) if found else None
 
 
 def probe_nvidia_packages() -> dict:
     """The installed nvidia-* wheels with the CUDA major of each, and library files that two of them claim."""
     packages, owners = {}, {}
-    for name, dist in _distributions().items():
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if name.startswith("nvidia-") and not name.startswith("nvidia-ml-py"):
             files = [str(f) for f in dist.files or [] if str(f).startswith("nvidia/")]
             packages[name] = cuda_major(name, files)
@@ -110,10 +100,10 @@ def collect() -> dict:
     facts = {"gpucourse": __version__, "python": platform.python_version(), "platform": platform.platform(),
              "colab": "google.colab" in sys.modules, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "course_set": course_set()}
-    probes = {"driver": probe_driver, **{k: partial(probe_framework, k) for k in FRAMEWORKS}, "nvidia": probe_nvidia_packages}
-    for name, probe in probes.items():
+    probes = {"driver": probe_driver, "nvidia": probe_nvidia_packages}
+    for name in ("driver", *FRAMEWORKS, "nvidia"):
         try:
-            facts[name] = probe()
+            facts[name] = probes[name]() if name in probes else probe_framework(name)
         except Exception as exc:  # a probe's own bug becomes its error and never hides the other facts
             facts[name] = {"installed": False, "found": False, "error": _error(exc)}
     return facts
@@ -126,7 +116,7 @@ def diagnose(facts: dict) -> list[Finding]:
     def add(level: str, problem: str, fix: str = "") -> None:
         findings.append(Finding(level, problem, fix))
 
-    driver, nvidia, visible = facts.get("driver") or {}, facts.get("nvidia") or {}, facts.get("cuda_visible_devices")
+    driver, nvidia = facts.get("driver") or {}, facts.get("nvidia") or {}
     gpus = len(driver.get("gpus") or [])
     if not driver.get("found"):
         add("info", f"No NVIDIA driver ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU; TensorFlow's "
@@ -134,11 +124,10 @@ def diagnose(facts: dict) -> list[Finding]:
             "For a GPU on Colab: Runtime > Change runtime type; elsewhere install NVIDIA's driver until `nvidia-smi` lists it.")
     elif not gpus:
         add("warning", "The NVIDIA driver is loaded but lists no GPU.", "Check `nvidia-smi`.")
-    # an empty CUDA_VISIBLE_DEVICES, or one naming GPUs that do not exist, hides every GPU from every framework
-    if hidden := gpus and visible_devices_problem(visible, [g.get("uuid") or "" for g in driver["gpus"]]):
+    if hidden := gpus and visible_devices_problem(facts.get("cuda_visible_devices"), [g.get("uuid", "") for g in driver["gpus"]]):
         add("error", f"{hidden} (the driver sees {gpus} GPU(s)).", "Unset it (`unset CUDA_VISIBLE_DEVICES`, or `del os.environ"
             "['CUDA_VISIBLE_DEVICES']` before importing torch) or name GPUs by their UUIDs from `nvidia-smi -L`.")
-    working = []
+    working = {}  # label: facts of each framework that imports
     for key, (label, distribution, *_) in FRAMEWORKS.items():
         info = facts.get(key) or {}
         if not info.get("installed"):
@@ -147,12 +136,11 @@ def diagnose(facts: dict) -> list[Finding]:
             add("error", f"{label} fails to import: {info['error']}",
                 f"Reinstall it: `pip install --force-reinstall {distribution}=={info.get('version')}`.")
         else:
-            working.append(label)
+            working[label] = info
     packages = nvidia.get("packages") or {}
     majors = {m: [name for name, k in sorted(packages.items()) if k == m] for m in sorted(set(packages.values()) - {None})}
     if len(majors) > 1:
-        listed = "; ".join(f"CUDA {m}: {', '.join(names[:3])}" + f" and {len(names) - 3} more" * (len(names) > 3)
-                           for m, names in majors.items())
+        listed = "; ".join(f"CUDA {major}: {', '.join(names)}" for major, names in majors.items())
         add("warning" if gpus else "info", f"Libraries of two CUDA majors are installed side by side ({listed}): a process that "
             "loads both can get the wrong cuBLAS, cuDNN or NCCL" + ("." if gpus else " (harmless without a GPU)."),
             GPU_SET_FIX if gpus else "")
@@ -162,12 +150,9 @@ def diagnose(facts: dict) -> list[Finding]:
             "installed last overwrote the other's.", "Start afresh with one set: `rm -rf .venv && make lab`.")
     if not gpus or hidden:
         return findings
-    # The GPUs are visible: does the driver run each framework's CUDA build, and does each framework see them?
-    torch_, tf, cuda, version = facts.get("torch") or {}, facts.get("tensorflow") or {}, driver["cuda"], driver["version"]
-    old = {}  # label: (its build's CUDA, the driver that CUDA needs)
-    builds = {"PyTorch": torch_.get("cuda"), "TensorFlow": tf.get("is_cuda_build") and tf.get("cuda"),
-              "DALI": (facts.get("dali") or {}).get("cuda")}
-    for label, build in ((label, build) for label, build in builds.items() if label in working and build):
+    # does the driver run each framework's CUDA build, and does each framework see the GPUs?
+    torch_, tf, cuda, version, old = facts.get("torch", {}), facts.get("tensorflow", {}), driver["cuda"], driver["version"], {}
+    for label, build in ((label, info["cuda"]) for label, info in working.items() if info.get("cuda")):
         need = MIN_DRIVER.get(_version(build, 1), "")
         if _version(cuda, 1) < _version(build, 1) or _version(version, 3) < _version(need, 3):
             old[label] = build, need
@@ -184,7 +169,7 @@ def diagnose(facts: dict) -> list[Finding]:
         elif torch_.get("cuda_available"):
             add("ok", f"PyTorch sees {len(torch_['devices'])} GPU(s): {', '.join(torch_['devices'])}.")
         else:
-            add("error", f"PyTorch cannot use the {gpus} GPU(s) the driver sees: {torch_.get('cuda_error') or 'no CUDA'}.",
+            add("error", f"PyTorch sees none of the {gpus} GPU(s): {torch_.get('cuda_error') or 'CUDA does not start'}.",
                 "`nvidia-smi` must work, and the GPU must not be in exclusive mode.")
     if "TensorFlow" in working and "TensorFlow" not in old and not tf.get("gpus"):
         if str(facts.get("platform")).startswith("Windows"):
@@ -200,12 +185,10 @@ def diagnose(facts: dict) -> list[Finding]:
 
 
 def render(facts: dict, findings: list[Finding]) -> str:
-    """The report as text: the machine, the driver and its GPUs, each framework, then the diagnosis."""
     driver, visible = facts.get("driver") or {}, facts.get("cuda_visible_devices")
-    lines = [f"gpucourse {facts.get('gpucourse')} environment report",
-             f"  Python {facts.get('python')} on {facts.get('platform')}{' (Colab)' * bool(facts.get('colab'))}, "
-             f"CUDA_VISIBLE_DEVICES {'unset' if visible is None else repr(visible)}, pinned set: "
-             f"{facts.get('course_set') or 'none (not made by `make`)'}",
+    lines = [f"gpucourse {facts.get('gpucourse')} environment report: Python {facts.get('python')} on {facts.get('platform')}"
+             f"{' (Colab)' * bool(facts.get('colab'))}, CUDA_VISIBLE_DEVICES {'unset' if visible is None else repr(visible)}, "
+             f"pinned set: {facts.get('course_set') or 'none (not made by `make`)'}",
              f"  NVIDIA driver {driver.get('version')}, supports CUDA up to {driver.get('cuda')}" if driver.get("found")
              else f"  NVIDIA driver: not found ({driver.get('error')})"]
     lines += [f"    GPU {g['index']}: {g['name']}, {g['memory_gib']} GiB, compute capability {g['compute_capability']}"
@@ -213,21 +196,19 @@ def render(facts: dict, findings: list[Finding]) -> str:
     for key, (label, *_) in FRAMEWORKS.items():
         info = facts.get(key) or {}
         seen = len(info["devices"]) if "devices" in info else info.get("gpus")
-        details = [f"FAILS TO IMPORT ({info['error']})"] if info.get("error") else [
+        about = [f"FAILS TO IMPORT ({info['error']})"] if info.get("error") else [
             f"built for CUDA {info['cuda']}" if info.get("cuda") else "CPU-only build",
             info.get("cudnn") and f"cuDNN {info['cudnn']}", seen is not None and f"sees {seen} GPU(s)"]
-        lines.append(f"  {label} {info['version']}, " + ", ".join(filter(None, details)) if info.get("installed")
+        lines.append(f"  {label} {info['version']}, {', '.join(filter(None, about))}" if info.get("installed")
                      else f"  {label}: not installed")
-    lines.append("Diagnosis:")
-    lines += [f"  [{f.level}] {f.problem}" + f"\n      fix: {f.fix}" * bool(f.fix) for f in findings]
+    lines += ["Diagnosis:"] + [f"  [{f.level}] {f.problem}" + f"\n      fix: {f.fix}" * bool(f.fix) for f in findings]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpucourse doctor", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print the facts and findings as JSON")
-    as_json = parser.parse_args(argv).json
-    facts = collect()
+    as_json, facts = parser.parse_args(argv).json, collect()  # --help exits before the probes run
     findings = diagnose(facts)
     print(json.dumps({"facts": facts, "findings": [f._asdict() for f in findings]}, indent=2, default=str) if as_json
           else render(facts, findings))
