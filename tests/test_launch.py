@@ -6,7 +6,6 @@ The launches use tiny scripts that do not import torch (only torchrun's agent do
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,9 @@ import sys
 print("UserWarning: something a framework says", file=sys.stderr, flush=True)
 """
 HANG = """
-import os, pathlib, sys, time
+import os, pathlib, signal, sys, time
+if os.environ["RANK"] == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank that SIGTERM cannot stop: torchrun must SIGKILL it
 pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(str(os.getpid()))
 print("sleeping", flush=True)
 time.sleep(600)
@@ -45,18 +46,6 @@ def write(tmp_path: Path, name: str, source: str) -> Path:
     path = tmp_path / name
     path.write_text(source)
     return path
-
-
-def test_port_in_use_is_refused_before_anything_starts(tmp_path):
-    script = write(tmp_path, "ranks.py", RANKS)
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        started = time.monotonic()
-        with pytest.raises(launch.LaunchError, match=f"port {port} is in use.*port=None") as info:
-            launch.torchrun(script, port=port, timeout=30)
-    assert time.monotonic() - started < 2 and info.value.result is None, "nothing is launched"
 
 
 def test_syntax_error_is_reported_with_its_line(tmp_path):
@@ -79,18 +68,6 @@ def test_missing_script(tmp_path):
 def test_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(launch.LaunchError, match=match):
         launch.torchrun(write(tmp_path, "ranks.py", RANKS), **kwargs)
-
-
-def test_more_processes_than_gpus_is_refused(tmp_path, monkeypatch):
-    import torch
-
-    script = write(tmp_path, "ranks.py", RANKS)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(launch.LaunchError, match="nproc_per_node=2 asks for one GPU per process.*shows 1 CUDA GPU"):
-        launch.torchrun(script, nproc_per_node=2, device="cuda")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    with pytest.raises(launch.LaunchError, match="shows 0 CUDA GPU.*gloo on the CPU"):
-        launch.torchrun(script, nproc_per_node=1, device=torch.device("cuda", 0))
 
 
 def test_failure_message_names_the_root_cause():

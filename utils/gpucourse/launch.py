@@ -1,12 +1,6 @@
-"""Run ``torchrun`` from a notebook: a timeout, each rank's output, a clear message, no orphans.
+"""Run ``torchrun`` from a notebook: each rank's output, a clear message when a rank fails, and a timeout (a hang
+otherwise waits for the backend's: NCCL 10 minutes, gloo 30) after which no process it started is left."""
 
-``torchrun``'s *agent* (one per machine) starts the workers and stops them all when one fails; a *hang* waits for the
-backend's timeout (NCCL 10 minutes, gloo 30). So on a timeout each agent gets SIGTERM (its handler stops its workers'
-process groups: torch's ``elastic/multiprocessing``), then SIGKILL goes to whatever is left after a grace period."""
-
-from __future__ import annotations
-
-import contextlib
 import os
 import re
 import shlex
@@ -20,15 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_GRACE = 10.0  # seconds the agents get to stop their workers before everything left is killed
-
-
-class LaunchError(RuntimeError):
-    """A launch could not start, failed, or ran out of time; ``result`` holds what ran, if anything did."""
-
-    def __init__(self, message: str, result: LaunchResult | None = None):
-        super().__init__(message)
-        self.result = result
+_GRACE = 10.0  # seconds the agents get to stop their workers (torchrun SIGKILLs a stuck one after 5) before we kill them
 
 
 @dataclass
@@ -45,7 +31,15 @@ class LaunchResult:
         return [text for source, text in self.lines if source == f"rank{rank}"]
 
 
-def _check(script, nproc_per_node, nnodes, timeout, port, device) -> Path:
+class LaunchError(RuntimeError):
+    """A launch could not start, failed, or ran out of time; ``result`` holds what ran, if anything did."""
+
+    def __init__(self, message: str, result: LaunchResult | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+def _check(script, nproc_per_node, nnodes, timeout) -> Path:
     path = Path(script)
     if not path.is_file():
         raise LaunchError(f"{path} does not exist: write the script first (e.g. with %%writefile).")
@@ -57,34 +51,7 @@ def _check(script, nproc_per_node, nnodes, timeout, port, device) -> Path:
     for name, value, kind in (("nproc_per_node", nproc_per_node, int), ("nnodes", nnodes, int), ("timeout", timeout, float)):
         if not isinstance(value, (int, kind)) or isinstance(value, bool) or value <= 0:
             raise LaunchError(f"{name} must be a positive {'whole number' if kind is int else 'number'}, got {value!r}.")
-    with socket.socket() as s:
-        if port is not None and s.connect_ex(("127.0.0.1", port)) == 0:  # somebody listens there
-            raise LaunchError(f"port {port} is in use (another job, or an earlier launch still running?): "
-                              "pass port=None and a free one is picked. Nothing was launched.")
-    if str(device).startswith("cuda"):
-        import torch
-        if nproc_per_node > (gpus := torch.cuda.device_count()):  # the workers, not this process, initialize CUDA
-            raise LaunchError(f"nproc_per_node={nproc_per_node} asks for one GPU per process, but this machine shows {gpus} CUDA "
-                              "GPU(s): use fewer processes, or gloo on the CPU. Nothing was launched.")
     return path
-
-
-def _stop(agents: list[subprocess.Popen]) -> None:
-    """SIGTERM the running agents (each stops its workers), then SIGKILL what is left of them and their workers."""
-    running = [a for a in agents if a.poll() is None]
-    workers, parents = [], {a.pid for a in running}  # the agents' children, from /proc/PID/stat (Linux; elsewhere none)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) in parents:  # field 4, after "(name)", is the parent
-                workers.append(int(stat.parent.name))
-    for agent in running:
-        agent.terminate()  # SIGTERM: torchrun's handler stops the workers' groups, then the agent exits
-    deadline = time.monotonic() + _GRACE
-    while time.monotonic() < deadline and any(a.poll() is None for a in running):
-        time.sleep(0.05)
-    for pid in [a.pid for a in running if a.poll() is None] + workers:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # a worker's group holds its own children too (DataLoader workers)
 
 
 def _why(result: LaunchResult, timeout: float) -> str:
@@ -102,12 +69,9 @@ def _why(result: LaunchResult, timeout: float) -> str:
                       f"Last lines of rank {rank}:", *(f"    {t}" for t in result.output(rank)[-15:])])
 
 
-def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, port: int | None = None, device=None,
-             timeout: float = 120, stream: bool = True) -> LaunchResult:
-    """Run ``torchrun --nproc-per-node=N script args...``, printing each rank's lines prefixed ``[rankN]:`` (``stream``).
-
-    ``nnodes > 1`` (or a ``port``): local agents meet at a c10d rendezvous on 127.0.0.1; ``device="cuda"``: a GPU per
-    process. A failed rank or the timeout raises ``LaunchError``. No process started outlives the call."""
+def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: float = 120, stream: bool = True) -> LaunchResult:
+    """``torchrun --nproc-per-node=N script args...``, printing each rank's lines as ``[rankN]: ...`` (``stream``);
+    ``nnodes > 1``: that many local agents meet at a c10d rendezvous on 127.0.0.1."""
     def follow(index: int, agent: subprocess.Popen) -> None:  # one thread per agent sorts its lines by source
         for text in agent.stdout:
             match = re.match(r"\[rank(\d+)\]: ?(.*)$", text.rstrip("\n"))  # as --log-line-prefix-template writes
@@ -115,13 +79,13 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, port: int 
             if stream and match:
                 print(match[0], flush=True)
 
-    script = _check(script, nproc_per_node, nnodes, timeout, port, device)
+    script = _check(script, nproc_per_node, nnodes, timeout)
     threads = str(max(1, (os.cpu_count() or 1) // (nproc_per_node * nnodes)))  # each process's share of the cores
-    env = {"OMP_NUM_THREADS": threads, **os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {"OMP_NUM_THREADS": threads, **os.environ, "PYTHONUNBUFFERED": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"}
     options = ["--standalone", f"--nproc-per-node={nproc_per_node}"]
-    if nnodes > 1 or port is not None:
+    if nnodes > 1:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", port or 0))  # port=None: a free port
+            s.bind(("127.0.0.1", 0))  # a free port
             options[:1] = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{s.getsockname()[1]}",
                            "--rdzv-id=gpucourse", f"--nnodes={nnodes}"]
     program = [str(script), *map(str, args)]
@@ -140,7 +104,13 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, port: int 
                 time.sleep(0.1)  # until every agent has ended, one has failed (the others are stopped below) or time is up
             result.timed_out = None in codes and not any(codes)
         finally:
-            _stop(agents)
+            for agent in agents:
+                agent.terminate()  # SIGTERM (a no-op on an agent that has ended): torchrun stops its workers' process groups
+            deadline = time.monotonic() + _GRACE
+            while time.monotonic() < deadline and any(a.poll() is None for a in agents):
+                time.sleep(0.05)
+            for agent in [a for a in agents if a.poll() is None]:
+                os.killpg(agent.pid, signal.SIGKILL)  # the agent's group; its workers have their own, stopped by it
             for reader in readers:
                 reader.join(timeout=_GRACE)  # the rest of each agent's output
             result.seconds = time.monotonic() - started
