@@ -115,9 +115,17 @@ def test_the_memory_cap_limits_reserved_memory_and_recovery_returns_to_baseline(
         with pytest.raises(torch.OutOfMemoryError):
             torch.empty(2 * GiB, dtype=torch.uint8, device=cuda)
         del fits
-        result = memory.find_batch_size(try_batch, start=4, limit=1024)
-        assert result.first_failing is not None and result.largest * 16 * MiB <= cap
-        assert result.largest >= 32, f"about {cap // (16 * MiB)} batches fit under the cap: {result}"
+        largest = 0
+        for batch_size in (4, 8, 16, 32, 64, 128, 256, 512, 1024):  # double until the cap refuses (lesson 07's finder)
+            try:
+                try_batch(batch_size)
+            except torch.OutOfMemoryError:
+                break
+            largest = batch_size
+        gc.collect()
+        torch.cuda.empty_cache()
+        assert batch_size > largest and largest * 16 * MiB <= cap, f"an OOM after batch {largest}, under the cap"
+        assert largest >= 32, f"about {cap // (16 * MiB)} batches fit under the cap, {largest} did"
         assert torch.cuda.max_memory_reserved(cuda) <= cap, "the cap bounds what the allocator reserves"
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, cuda)

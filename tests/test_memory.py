@@ -1,10 +1,10 @@
-"""gpucourse.memory: the saved-tensor meter, peak memory (its CUDA path on a fake allocator), the estimator, the finder."""
+"""gpucourse.memory: the saved-tensor meter and peak memory (its CUDA path on a fake allocator).
+
+The estimator, the simulated card and the batch-size finder live in lesson 07's cells, which check them under nbval.
+"""
 
 from __future__ import annotations
 
-import weakref
-
-import pytest
 import torch
 from torch import nn
 
@@ -96,69 +96,3 @@ def test_meter_releases_after_backward_and_keeps_a_live_graph():
     with memory.SavedTensorMeter() as meter, torch.no_grad():
         model(x)
     assert meter.peak == 0
-
-
-def test_estimate_counts_weights_grads_adam_and_what_autograd_saves():
-    model = mlp()
-    params = sum(p.numel() for p in model.parameters())
-    est = memory.estimate_memory(model, (10, 32), "adam")
-    assert est.weights == est.gradients == 4 * params and est.optimizer == 2 * 4 * params
-    assert memory.estimate_memory(model, (10, 32), "sgd").optimizer == 0
-    # Each ReLU output is saved once (it is also the next Linear's input): 3 per sample of 32 floats.
-    assert est.activations == 3 * 10 * 32 * 4 and est.batch == 10 * 32 * 4
-    assert memory.estimate_memory(model, torch.empty(40, 32)).activations == 3 * 40 * 32 * 4
-    assert est.total == est.fixed + est.activations + est.batch and "total" in str(est)
-
-
-def test_estimate_uses_no_memory_leaves_the_model_alone_and_rejects_bad_input():
-    model = mlp()
-    before = dict(model.named_parameters())
-    assert memory.estimate_memory(model, (10**7, 32)).batch == 10**7 * 32 * 4  # 1.2 GiB, only on meta
-    assert all(p is before[name] and p.device.type == "cpu" for name, p in model.named_parameters())
-    with pytest.raises(ValueError, match="unknown optimizer"):
-        memory.estimate_memory(model, (2, 32), "lion9000")
-    with pytest.raises(ValueError, match="shape tuple"):
-        memory.estimate_memory(model, "a batch")
-
-
-def test_finder_grows_then_bisects_and_halves_a_start_too_large():
-    card = memory.SimulatedGPU(total=1000, fixed=100, per_sample=7)  # fits up to 128
-    result = memory.find_batch_size(card.step, safety=0.9)
-    assert (result.largest, result.first_failing, result.recommended) == (128, 129, 115)
-    sizes = [size for size, _ in result.tried]
-    assert sizes[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256] and len(sizes) <= 20, "doubles until the first OOM"
-    assert memory.find_batch_size(card.step, start=1000).largest == 128
-    capped = memory.find_batch_size(card.step, limit=50)
-    assert capped.largest == 50 and capped.first_failing is None
-
-
-def test_finder_errors_are_clear_and_only_ooms_are_caught():
-    with pytest.raises(RuntimeError, match="even a batch of 1"):
-        memory.find_batch_size(memory.SimulatedGPU(total=100, fixed=100, per_sample=1).step, start=16)
-
-    def broken(batch_size):
-        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
-
-    with pytest.raises(RuntimeError, match="shapes"):
-        memory.find_batch_size(broken)
-    for bad in ({"start": 0}, {"start": 8, "limit": 4}, {"start": 2.5}):
-        with pytest.raises(ValueError):
-            memory.find_batch_size(lambda n: None, **bad)
-
-
-def test_finder_frees_what_a_failed_try_held():
-    held = []
-
-    def step(batch_size):
-        activations = torch.empty(batch_size, 1000)
-        held.append(weakref.ref(activations))
-        if batch_size > 8:
-            raise torch.OutOfMemoryError("simulated")
-
-    memory.find_batch_size(step, limit=64)
-    assert all(ref() is None for ref in held), "a failed try's tensors must be freed"
-
-
-def test_fmt_bytes():
-    assert memory.fmt_bytes(1536) == "1.50 KiB" and memory.fmt_bytes(3 * memory.GiB) == "3.00 GiB"
-    assert memory.fmt_bytes(100) == "100 B"
