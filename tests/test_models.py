@@ -1,5 +1,6 @@
 """gpucourse.models: the small CNN learns the shapes in seconds on a CPU."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -13,6 +14,7 @@ def test_output_shape_and_width():
     assert sum(p.numel() for p in gpucourse.SmallCNN(width=16).parameters()) > sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.slow  # trains for about half a minute on one CPU thread
 def test_learns_the_shapes_quickly():
     gpucourse.set_seed(0)
     train = gpucourse.shapes_dataset(2048, image_size=32, seed=0)
