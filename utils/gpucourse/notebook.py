@@ -1,6 +1,7 @@
 """What every lesson's set-up cell does: seed everything, and make a cell run out of order or an unanswered exercise
 say what to do (the error stays, so nbgrader still sees a failing cell)."""
 
+import logging
 import random
 import sys
 
@@ -16,11 +17,9 @@ HINTS = {
 
 def _handler(shell, etype, value, tb, tb_offset=None):
     """IPython's custom exception handler: the usual traceback plus one hint."""
-    # a library's own NotImplementedError ("Cannot copy out of meta tensor") says what it means: no hint
-    hint = None if issubclass(etype, NotImplementedError) and str(value) else next(
-        (text for kind, text in HINTS.items() if issubclass(etype, kind)), None)
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-    if hint is not None:
+    hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), "")
+    if hint and not (issubclass(etype, NotImplementedError) and str(value)):  # a library's own one says what it means
         stb = [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
     shell._showtraceback(etype, value, stb)  # what IPython's showtraceback calls: the kernel sends the error
     return stb
@@ -48,8 +47,9 @@ def seed_tensorflow() -> None:
 
 
 def setup_notebook(seed: int = 0) -> None:
-    """Seed every generator and, inside IPython, install the friendly error hints."""
+    """Seed every generator, quiet PyTorch's CUDA_HOME warning on a CPU and, inside IPython, install the error hints."""
     set_seed(seed)
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" when torch loads it
     shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
     if shell is not None:
         shell.set_custom_exc(tuple(HINTS), _handler)
