@@ -3,6 +3,9 @@
 Tests that need DALI skip cleanly where it is not installed (Binder, macOS).
 """
 
+from types import SimpleNamespace
+
+import coursekit as ck
 import numpy as np
 import pytest
 import torch
@@ -76,15 +79,18 @@ def test_dali_cpu_decoding_matches_pil_and_image_folder_labels(root):
     np.testing.assert_allclose(images, reference, atol=1e-6)  # both decode with libjpeg-turbo on the CPU
 
 
-def test_images_draws_one_row_per_source():
+def test_lesson_05_shows_one_row_per_source():
+    """Lesson 05's own `show_images` cell: one row of CHW images per source, drawn as HWC, stamped with the device."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = {"chw floats": torch.rand(5, 3, 8, 8) * 1.2, "hwc uint8": np.zeros((5, 8, 8, 3), np.uint8)}
-    axes = gpucourse.plots.images(rows, device="cpu", n=4)
-    assert axes.shape == (2, 4) and axes[1][0].get_ylabel() == "hwc uint8"
-    assert axes[0][0].get_images()[0].get_array().shape == (8, 8, 3)  # CHW drawn as HWC
-    plt.close("all")
-
+    cell = next(c for c in ck.read(ck.solution_path("05_dali_pipelines")).cells if "def show_images(" in c.source)
+    lesson = {"gpucourse": gpucourse, "facts": SimpleNamespace(name="a test CPU")}
+    exec(cell.source, lesson)
+    rows = {"PIL": torch.rand(5, 3, 8, 6).numpy() * 1.2, "DALI": np.zeros((5, 3, 8, 6), np.float32)}
+    axes = lesson["show_images"](rows, n=4)
+    assert axes.shape == (2, 4) and axes[1][0].get_ylabel() == "DALI"
+    assert axes[0][0].get_images()[0].get_array().shape == (8, 6, 3), "CHW drawn as HWC"
+    assert axes[0][0].get_images()[0].get_array().max() <= 1.0, "clipped to [0, 1]"
+    assert "measured on a test CPU" in [text.get_text() for text in axes[0][-1].texts], "stamped with the device"
+    matplotlib.pyplot.close("all")
