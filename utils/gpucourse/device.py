@@ -109,11 +109,11 @@ class DeviceFacts:  # what a lesson needs to know about the device it runs on
     compute_capability: tuple[int, int] | None
     total_memory_gib: float | None
     processors: int  # streaming multiprocessors on a GPU, logical cores on a CPU
-    tensor_cores: bool
-    tf32: bool
-    bf16: bool  # bf16 runs natively fast (tensor cores, or AVX-512 BF16 / AMX on a CPU)
-    fp8: bool
-    colab: bool
+    tensor_cores: bool = False
+    tf32: bool = False
+    bf16: bool = False  # bf16 runs natively fast (tensor cores, or AVX-512 BF16 / AMX on a CPU)
+    fp8: bool = False
+    colab: bool = False
 
     def __str__(self) -> str:
         return "\n".join(f"{key:<{max(map(len, asdict(self)))}}  {value}" for key, value in asdict(self).items())
@@ -133,8 +133,8 @@ def device_facts(device=None) -> DeviceFacts:
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:  # Linux only
         info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in f)}
     memory = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 2) if hasattr(os, "sysconf") else None
-    return DeviceFacts(str(device), info.get("model name") or platform.machine(), None, memory, os.cpu_count() or 1, False,
-                       False, bool(set(info.get("flags", "").split()) & {"avx512_bf16", "amx_bf16"}), False, colab)
+    return DeviceFacts(str(device), info.get("model name") or platform.machine(), None, memory, os.cpu_count() or 1,
+                       bf16=bool(set(info.get("flags", "").split()) & {"avx512_bf16", "amx_bf16"}), colab=colab)
 
 
 def amp_dtype(facts: DeviceFacts) -> tuple:
