@@ -43,7 +43,7 @@ def why_no_cuda() -> str:
     if torch.version.cuda is None:
         return f"this PyTorch ({torch.__version__}) is a CPU-only build"
     from .doctor import probe_driver  # the GPUs the driver sees (NVML), which CUDA_VISIBLE_DEVICES must name
-    problem = visible_devices_problem(os.environ.get("CUDA_VISIBLE_DEVICES"), [gpu["uuid"] for gpu in probe_driver()["gpus"]])
+    problem = visible_devices_problem(os.environ.get("CUDA_VISIBLE_DEVICES"), [gpu.get("uuid") for gpu in probe_driver()["gpus"]])
     return problem or "PyTorch finds no NVIDIA GPU and driver (torch.cuda.is_available() is False)"
 
 
