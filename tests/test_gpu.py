@@ -23,7 +23,7 @@ MiB, GiB = 2**20, 2**30
 
 @pytest.fixture(scope="module")
 def cuda():
-    """The GPU. Without one: a skip, or in strict mode the GPURequiredError (a GPU runner must not skip)."""
+    """The GPU. Without one: a skip, or in strict mode a RuntimeError (a GPU runner must not skip)."""
     device = gpucourse.choose_device(verbose=False)
     if device.type != "cuda":
         pytest.skip("needs a CUDA GPU")

@@ -105,9 +105,9 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 <testcase classname="solutions.01_verify_gpu.verify_gpu.ipynb" name="Cell 1" time="0.5">
 <failure message="#x1B[91mNotebook cell execution failed#x1B[0m&#10;Cell 1: Cell execution caused an exception&#10;Input:&#10;
 device = gpucourse.choose_device()&#10;[+27 more lines; full report in element text]">Input:
-#x1B[31mGPURequiredError#x1B[39m                          Traceback (most recent call last)
+#x1B[31mRuntimeError#x1B[39m                          Traceback (most recent call last)
 #x1B[32m---> #x1B[39m#x1B[32m11#x1B[39m device = gpucourse.choose_device()
-#x1B[31mGPURequiredError#x1B[39m: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback
+#x1B[31mRuntimeError#x1B[39m: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback
 </failure></testcase>
 <testcase classname="tests.test_gpu" name="test_pinned" time="0.1"><skipped type="pytest.skip" message="needs CUDA"/>
 </testcase>
@@ -126,7 +126,7 @@ def test_parse_junit(tmp_path):
     cases = runner.parse_junit(path)
     assert [c["outcome"] for c in cases] == ["passed", "failed", "skipped", "error", "failed"]
     assert cases[1]["name"] == "Cell 1", "nbval's message: the exception, without colour codes or the cell's input"
-    assert cases[1]["message"] == "GPURequiredError: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback"
+    assert cases[1]["message"] == "RuntimeError: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback"
     assert cases[2]["message"] == "needs CUDA" and cases[3]["message"] == "kernel died"
     assert cases[4]["message"] == "AssertionError: pinned 9 GB/s"
     assert cases[2]["id"] == "tests.test_gpu::test_pinned" and cases[3]["id"] == "Cell 3"

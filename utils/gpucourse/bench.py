@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         card = measure(args.device, size=args.size, min_run_time=args.min_run_time)
-    except (ValueError, RuntimeError) as error:  # DeviceError, GPURequiredError, out of memory
+    except (ValueError, RuntimeError) as error:  # DeviceError, strict mode without a GPU, out of memory
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(card, indent=2) if args.json else render(card))
