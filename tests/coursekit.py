@@ -18,6 +18,10 @@ import make_notebooks  # noqa: E402  (tools/make_notebooks.py)
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CHECKED = "nbval-check-output"
+CLASSROOM_LESSON = "01_verify_gpu"  # autograded in tests/test_classroom.py, so test_autograde leaves it out
+# A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as autograde records it.
+CELL_WARNING = re.compile(r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)")
+WARNINGS_ON = "default::DeprecationWarning,default::FutureWarning"  # PYTHONWARNINGS while grading: show them all
 
 
 def lessons() -> list[str]:
@@ -99,6 +103,39 @@ def solution_answers(lesson: str) -> dict[str, str]:
         lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line]
         out[cell.metadata.nbgrader.grade_id] = "\n".join(lines)
     return out
+
+
+def autograde_problems(course: Path, lesson: str, submitted: dict[str, tuple[Path, bytes, set[str] | None]]) -> list[str]:
+    """What autograde got wrong for ``submitted`` (student -> (file, its bytes before, the answers it gets wrong;
+    None: untouched)): each test cell scores full marks, or 0 where its answer is wrong (every cell when untouched),
+    a written answer waits for the instructor (an unanswered one scores 0 by itself), and no submission is changed."""
+    source = read(solution_path(lesson))
+    answer_ids = [c.metadata.nbgrader.grade_id for c in nbgrader_cells(source, "answer")]
+    problems = []
+    for student, (path, before, wrong) in submitted.items():
+        if path.read_bytes() != before:
+            problems.append(f"{student}: the grader changed the submission")
+        got = scores(course, lesson, student)
+        for cell in nbgrader_cells(source, "test"):
+            grade_id = cell.metadata.nbgrader.grade_id
+            score, max_score, _ = got[grade_id]
+            expected = 0 if wrong is None or answer_of(grade_id, answer_ids) in wrong else max_score
+            if score != expected:
+                problems.append(f"{student}: test cell {grade_id} scored {score}, expected {expected}")
+        for cell in nbgrader_cells(source, "written"):
+            score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
+            if wrong is None and (score != 0 or needs_manual):
+                problems.append(f"{student}: an unanswered written question must score 0 by itself")
+            if wrong is not None and not needs_manual:
+                problems.append(f"{student}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor")
+    return problems
+
+
+def cell_warning(graded_notebook: Path) -> str | None:
+    """The first DeprecationWarning or FutureWarning in an autograded notebook's outputs, if any."""
+    text = "\n".join(str(output.get("text", "")) for cell in read(graded_notebook).cells for output in cell.get("outputs", []))
+    found = CELL_WARNING.search(text)
+    return found.group(0) if found else None
 
 
 def env() -> dict:

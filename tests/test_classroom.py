@@ -1,4 +1,4 @@
-"""The classroom loop, end to end, as an instructor runs it from the README (lesson 01, two students).
+"""The classroom loop, end to end, as an instructor runs it from the README (lesson 01, a class of five).
 
 In a scratch folder: the course (its own nbgrader_config.py, unchanged), an
 nbgrader exchange, and three home folders, each with its own
@@ -8,12 +8,18 @@ JupyterHub admin would set it up (the students' files also give their ids).
     instructor  generate_assignment, release_assignment
     alice       fetch_assignment, answers everything as the solution does, validate, submit
     bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
-    instructor  collect, autograde, scores the written answer by hand (nbgrader's gradebook API, as the
-                formgrader does), generate_feedback, release_feedback, export
+    instructor  collect; the rest of the class handed in outside the exchange (copied into submitted/, as
+                nbgrader allows): "untouched" (the student notebook as released) and one student per other
+                wrong-answer fixture of lesson 01, named after it;
+                autograde, scores alice's and bob's written answers by hand (nbgrader's gradebook API, as the
+                formgrader does), generate_feedback, release_feedback (alice's and bob's), export
     bob         fetch_feedback
 
-Then the scores in the gradebook and grades.csv, and bob's feedback names the
-test cells he failed. The commands run are written to
+Autograde is held to what tests/test_grading.py::test_autograde asserts for every other lesson
+(coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without crashing the
+grader, each fixture loses exactly the points of its answers' test cells, written answers wait for the
+instructor, no submission is changed, and no cell of the solution warns. Then the scores in the gradebook and
+grades.csv, and bob's feedback names the test cells he failed. The commands run are written to
 test-artifacts/classroom-commands.txt.
 """
 
@@ -31,7 +37,7 @@ import coursekit as ck
 import nbformat
 import pytest
 
-LESSON = "01_verify_gpu"
+LESSON = ck.CLASSROOM_LESSON
 COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(1)
 PARTLY_WRONG = "partly_right"  # tests/fixtures/01_verify_gpu/partly_right.py
 MANUAL = {"alice": (2, None), "bob": (1, "Right about the launch; now say how you would synchronize before reading the clock.")}
@@ -70,6 +76,8 @@ class Classroom:
         env["HOME"] = str(self.home(who))
         started = time.monotonic()
         switch = ck.sandbox_switch() if args[0] == "autograde" else []
+        if args[0] == "autograde":
+            env["PYTHONWARNINGS"] = ck.WARNINGS_ON
         result = subprocess.run([sys.executable, "-m", "nbgrader", *args, *switch], cwd=self.workdir(who), env=env,
                                 capture_output=True, text=True)
         self.log.append(f"{who:>10}$ nbgrader {shlex.join(args):<45} # {time.monotonic() - started:.0f} s")
@@ -120,9 +128,27 @@ def test_the_classroom_loop(tmp_path):
         room.nbgrader(student, "submit", LESSON)
 
     room.nbgrader("instructor", "collect", LESSON)
+    submitted = {}
     for student in ("alice", "bob"):
-        assert (room.course / "submitted" / student / LESSON / notebook).exists(), f"{student}'s work was collected"
+        path = room.course / "submitted" / student / LESSON / notebook
+        assert path.exists(), f"{student}'s work was collected"
+        submitted[student] = (path, path.read_bytes(), _answers(student)[1])
+    room.note("instructor", "copies the rest of the class's notebooks (and their time stamps) into submitted/")
+    released, solution = ck.read(ck.student_path(LESSON)), ck.solution_answers(LESSON)
+    stamp = (room.course / "submitted" / "alice" / LESSON / "timestamp.txt").read_text()  # as collect writes it
+    rest = {"untouched": (released, None)}
+    for fixture in ck.fixtures(LESSON):
+        if fixture.name != PARTLY_WRONG:
+            rest[fixture.name] = (ck.submission_from(released, {**solution, **fixture.answers}), set(fixture.answers))
+    for student, (nb, wrong) in rest.items():
+        path = ck.submit(room.course, student, LESSON, nb)
+        (path.parent / "timestamp.txt").write_text(stamp)  # release_feedback reads it
+        submitted[student] = (path, path.read_bytes(), wrong)
     room.nbgrader("instructor", "autograde", LESSON)
+    problems = ck.autograde_problems(room.course, LESSON, submitted)
+    assert not problems, "\n".join(problems)
+    warning = ck.cell_warning(room.course / "autograded" / "alice" / LESSON / notebook)
+    assert not warning, f"a solution cell warns: {warning}"
 
     # The written answer, graded by hand: what the formgrader's "Save" does (nbgrader's GradeHandler.put).
     from nbgrader.api import Gradebook
@@ -139,7 +165,8 @@ def test_the_classroom_loop(tmp_path):
         gb.db.commit()
 
     room.nbgrader("instructor", "generate_feedback", LESSON)
-    room.nbgrader("instructor", "release_feedback", LESSON)
+    for student in ("alice", "bob"):  # the rest of the class did not hand in through the exchange: no feedback there
+        room.nbgrader("instructor", "release_feedback", LESSON, f"--student={student}")
     room.nbgrader("instructor", "export")
     room.nbgrader("bob", "fetch_feedback", LESSON)
     artifacts = ck.ROOT / "test-artifacts"

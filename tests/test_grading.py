@@ -10,15 +10,15 @@
 `nbgrader validate` (the learner's Validate button) is run by alice in
 tests/test_classroom.py; what it asserts here (solutions pass, untouched
 notebooks fail every test) is what autograde's scores already assert.
+Lesson 01 (ck.CLASSROOM_LESSON) is autograded there too, with the same
+checks on the same submissions, so test_autograde leaves it out.
 """
 
 from __future__ import annotations
 
 import filecmp
-import re
 
 import coursekit as ck
-import nbformat
 import pytest
 
 LESSONS = ck.lessons()
@@ -60,64 +60,28 @@ def _submission(lesson: str, name: str):
     return ck.submission_from(student, {**answers, **fixture.answers}), set(fixture.answers)
 
 
-CELL_WARNING = re.compile(r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)")
-
-
-def _failing_tests(lesson: str, name: str, wrong: set[str]) -> dict[str, bool]:
-    """grade_id of each test cell -> whether ``name``'s submission must fail it."""
-    source = ck.read(ck.solution_path(lesson))
-    answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
-    expected = {}
-    for cell in ck.nbgrader_cells(source, "test"):
-        grade_id = cell.metadata.nbgrader.grade_id
-        expected[grade_id] = name == "untouched" or ck.answer_of(grade_id, answer_ids) in wrong
-    return expected
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if lesson != ck.CLASSROOM_LESSON])
 def test_autograde(lesson, tmp_path, monkeypatch):
     """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a class.
 
     The students are the solution, the untouched student notebook and each
     wrong-answer fixture; a failure lists every submission that scored wrong.
     """
-    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning,default::FutureWarning")
+    monkeypatch.setenv("PYTHONWARNINGS", ck.WARNINGS_ON)
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
     course = ck.scratch_course(tmp_path, [lesson])
     _check_generated(course, lesson)
     names = ["solution", "untouched", *(f.name for f in ck.fixtures(lesson))]
-    submitted, wrong = {}, {}
+    submitted = {}
     for name in names:
-        nb, wrong[name] = _submission(lesson, name)
+        nb, wrong = _submission(lesson, name)
         path = ck.submit(course, name, lesson, nb)
-        submitted[name] = (path, path.read_bytes())
+        submitted[name] = (path, path.read_bytes(), None if name == "untouched" else wrong)
 
     result = ck.nbgrader(course, "autograde", lesson, "--force")
     assert result.returncode == 0, result.stdout + result.stderr
-
-    problems = []
-    source = ck.read(ck.solution_path(lesson))
-    for name in names:
-        path, before = submitted[name]
-        if path.read_bytes() != before:
-            problems.append(f"{name}: the grader changed the submission")
-        got = ck.scores(course, lesson, name)
-        for grade_id, failing in _failing_tests(lesson, name, wrong[name]).items():
-            score, max_score, _ = got[grade_id]
-            expected = 0 if failing else max_score
-            if score != expected:
-                problems.append(f"{name}: test cell {grade_id} scored {score}, expected {expected}")
-        for cell in ck.nbgrader_cells(source, "written"):
-            score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
-            if name == "untouched" and (score != 0 or needs_manual):
-                problems.append(f"{name}: an unanswered written question must score 0 by itself")
-            if name != "untouched" and not needs_manual:
-                problems.append(f"{name}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor")
+    problems = ck.autograde_problems(course, lesson, submitted)
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
-
-    graded = course / "autograded" / "solution" / lesson / ck.solution_path(lesson).name
-    text = "\n".join(
-        str(output.get("text", "")) for cell in nbformat.read(graded, 4).cells for output in cell.get("outputs", [])
-    )
-    assert not CELL_WARNING.search(text), f"a solution cell warns: {CELL_WARNING.search(text).group(0)}"
+    warning = ck.cell_warning(course / "autograded" / "solution" / lesson / ck.solution_path(lesson).name)
+    assert not warning, f"a solution cell warns: {warning}"
