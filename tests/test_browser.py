@@ -246,11 +246,10 @@ def screenshot(page, name: str) -> Path:
 
 
 def scratch_lesson(tmp: Path) -> Path:
-    """The lesson's student and solution notebooks, copied: the repository's notebooks are never written."""
+    """The lesson's student notebook, copied: the repository's notebooks are never written."""
     root = tmp / "course"
-    for kind in ("notebooks", "solutions"):
-        shutil.copytree(ck.ROOT / kind / LESSON, root / kind / LESSON,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(ck.ROOT / "notebooks" / LESSON, root / "notebooks" / LESSON,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     return root
 
 
