@@ -24,6 +24,8 @@ def bars(values: dict, *, ylabel: str, title: str = "", device=None, fmt: str = 
     drawn = ax.bar(list(values), list(values.values()), color="tab:blue")
     ax.bar_label(drawn, labels=[fmt.format(v) for v in values.values()], fontsize=9)
     ax.set(ylabel=ylabel, yscale="log" if log else "linear")
+    if sum(len(str(label)) for label in values) > 8 * len(values):  # long labels would overlap: slant them
+        plt.setp(ax.get_xticklabels(), rotation=20, ha="right", rotation_mode="anchor")
     return _finish(fig, ax, title, device)
 
 
