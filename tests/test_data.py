@@ -31,6 +31,15 @@ def test_dataset_is_float_in_unit_range():
     assert 0 <= float(x.min()) and float(x.max()) <= 1
 
 
+def test_dataset_has_the_layout_of_a_dataloader_batch():
+    """Contiguous channels-first, as `default_collate` stacks a batch: a channels-last tensor (what permute alone
+    gives) would run the model's convolutions in another memory layout, and lesson 03 would compare layouts, not loaders."""
+    x, y = gpucourse.shapes_dataset(8, image_size=16)[:]
+    stacked, _ = torch.utils.data.default_collate([(x[i].clone(), y[i]) for i in range(8)])
+    assert x.is_contiguous() and not x.is_contiguous(memory_format=torch.channels_last)
+    assert x.stride() == stacked.stride() == (3 * 16 * 16, 16 * 16, 16, 1)
+
+
 def test_image_folder_is_written_once_and_reused(tmp_path):
     root = gpucourse.write_image_folder(tmp_path / "shapes", n_per_class=3, image_size=16)
     files = sorted(root.rglob("*.jpg"))

@@ -50,11 +50,12 @@ def make_shapes(n: int, *, image_size: int = 32, seed: int = 0) -> tuple[np.ndar
 
 
 def shapes_dataset(n: int, *, image_size: int = 32, seed: int = 0):
-    """The shapes as a ``TensorDataset`` of float images in [0, 1] (N x 3 x H x W) and labels."""
+    """The shapes as a ``TensorDataset`` of float images in [0, 1] (N x 3 x H x W, contiguous: the layout a
+    ``DataLoader`` batch has, so a model runs the same kernels on either) and labels."""
     import torch
 
     images, labels = make_shapes(n, image_size=image_size, seed=seed)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().float().div_(255)  # permute alone is channels-last
     return torch.utils.data.TensorDataset(x, torch.from_numpy(labels))
 
 
