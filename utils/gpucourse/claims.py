@@ -27,6 +27,7 @@ def claim(text: str, measured: float, *, device, at_least: float | None = None, 
     """Check ``at_least <= measured <= at_most`` on CUDA; ``None`` (and one sentence) on any other device."""
     if at_least is None and at_most is None:
         raise ValueError("a claim needs a bound: at_least=, at_most= or both")
+    measured = float(measured)  # a NumPy or 0-d tensor value too; the record is JSON
     bound = " and ".join(f"{word} {value:g}{unit}" for word, value in (("at least", at_least), ("at most", at_most))
                          if value is not None)
     if str(device).split(":")[0] != "cuda":
