@@ -169,21 +169,21 @@ def test_report_a_missing_framework_is_not_validated_never_passed():
     assert report["status"] == "partial" and report["problems"] == []
     rows = {row["notebook"]: row for row in report["notebooks"]}
     first = rows["solutions/01_verify_gpu/verify_gpu.ipynb"]
-    assert first["result"] == "partial" and first["not_validated_on_gpu"] == ["TensorFlow (not installed)"]
+    assert first["result"] == "not validated" and first["not_validated_on_gpu"] == ["TensorFlow (not installed)"]
     assert rows["solutions/02_tensors_on_device/tensors_on_device.ipynb"]["result"] == "passed"
-    assert report["not_validated_on_gpu"] == [{"what": "TensorFlow cells", "why": "not installed",
+    assert report["not_validated_on_gpu"] == [{"what": "TensorFlow", "why": "not installed",
                                                "where": ["solutions/01_verify_gpu/verify_gpu.ipynb"]}]
-    assert all(item["what"] != "DALI cells" for item in report["not_validated_on_gpu"]), "no lesson uses DALI here"
+    assert all(item["what"] != "DALI" for item in report["not_validated_on_gpu"]), "no lesson uses DALI here"
     env = report["environment"]
     assert env["device"] == "NVIDIA H100 80GB HBM3" and env["compute_capability"] == "9.0"
     assert env["driver"] == "570.86" and env["torch"] == "2.14.1" and env["commit"] == "abc1234"
     json.dumps(report)
 
     markdown = runner.render_markdown(report)
-    assert "NOT VALIDATED ON GPU" in markdown and "TensorFlow cells: not installed" in markdown
-    assert "| solutions/01_verify_gpu/verify_gpu.ipynb | partial | 42.0 s | TensorFlow (not installed) |" in markdown
+    assert "NOT VALIDATED ON GPU" in markdown and "- TensorFlow: not installed" in markdown
+    assert "| solutions/01_verify_gpu/verify_gpu.ipynb | not validated | 42.0 s | - | TensorFlow (not installed) |" in markdown
     assert "NVIDIA H100 80GB HBM3" in markdown and "570.86" in markdown and "81%" in markdown
-    assert "TensorFlow cells: passed" not in markdown and "# GPU test report: PASSED: every" not in markdown
+    assert "# GPU test report: PASSED: every" not in markdown
 
 
 def test_report_everything_validated_is_passed():
@@ -200,7 +200,7 @@ def test_report_tensorflow_without_gpu_support(installed_set):
              "tensorflow": {"installed": True, "version": "2.21.0", "is_cuda_build": True, "gpus": 0, "error": None}}
     report = runner.build_report(facts, [_notebook("05_dali_pipelines")], GPU_TESTS, BENCH)
     assert report["not_validated_on_gpu"][0]["why"].startswith("installed without GPU support: no CUDA libraries")
-    assert report["notebooks"][0]["result"] == "partial", "a lesson is never failed for a framework without GPU support"
+    assert report["notebooks"][0]["result"] == "not validated", "never failed for a framework without GPU support"
     if installed_set == "gpu":
         assert report["status"] == "failed" and "TensorFlow sees no GPU" in report["problems"][0]
     else:
@@ -226,7 +226,96 @@ def test_report_failures_timeouts_and_skips():
     assert report["status"] == "failed"
     assert any(p.startswith("bench:") for p in report["problems"])
     assert report["gpu_tests"]["skipped"] == ["tests.test_gpu::test_b: no CUDA"]
-    assert {"what": "gpu test tests.test_gpu::test_b", "why": "skipped: no CUDA", "where": []} in (
+    assert {"what": "gpu test: tests.test_gpu::test_b", "why": "skipped: no CUDA", "where": []} in (
         report["not_validated_on_gpu"])
     none_ran = runner.build_report(FACTS, [], {**GPU_TESTS, "returncode": 5, "cases": []}, None)
     assert none_ran["gpu_tests"]["result"] == "failed" and none_ran["status"] == "failed"
+
+
+def _lesson_notebook(folder: Path, code: str) -> Path:
+    path = folder / f"{folder.name[3:]}.ipynb"
+    folder.mkdir(parents=True)
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+    return path
+
+
+def test_a_false_claim_on_a_faked_cuda_run_fails_its_lesson_and_an_unmet_precondition_is_not_validated(tmp_path):
+    """Each lesson runs as the runner runs it (its own GPUCOURSE_CLAIMS file, strict mode), with the cell's code in a
+    child Python in place of nbval; gpucourse.claims sees a CUDA device string, so it checks and records."""
+    def fake_nbval(args, junit, log, timeout, **env):
+        code = json.loads(Path(args[0]).read_text())["cells"][0]["source"]
+        done = subprocess.run([sys.executable, "-c", code], env=runner.subprocess_env(**env), capture_output=True,
+                              text=True, timeout=60)
+        outcome = "passed" if done.returncode == 0 else "failed"
+        return {"returncode": done.returncode, "timed_out": False, "seconds": 3.0, "log": str(log),
+                "cases": [{"id": "Cell 0", "name": "Cell 0", "outcome": outcome, "seconds": 1.0,
+                           "message": runner.summarize(done.stderr) if outcome == "failed" else ""}]}
+
+    setup = "from gpucourse import claims\ndevice = 'cuda:0'\n"
+    ddp = _lesson_notebook(tmp_path / "06_data_parallel", setup + (
+        "claims.needs('two GPUs for NCCL and DDP', 1 >= 2, device=device, why='1 GPU visible')\n"
+        "claims.claim('DDP keeps the replicas equal', 0.0, device=device, at_most=1e-6)\n"))
+    oom = _lesson_notebook(tmp_path / "07_troubleshooting_oom", setup + (
+        "claims.claim('accumulation peak over the full batch peak', 0.7, device=device, at_most=0.65,"
+        " source='the lesson\\'s arithmetic')\n"))
+    artifacts = tmp_path / "artifacts"
+    (artifacts / "claims").mkdir(parents=True)
+    (artifacts / "claims" / "07_troubleshooting_oom.jsonl").write_text('{"kind": "claim", "passed": true}\n')
+    results = [runner.run_lesson(nb, artifacts, 60, run=fake_nbval) for nb in (ddp, oom)]
+    assert [len(r["claims"]) for r in results] == [2, 1], "one fresh file per lesson: an earlier run's lines are gone"
+
+    facts = {**FACTS, "torch": {**FACTS["torch"], "devices": ["NVIDIA H100 80GB HBM3"] * 2}, "c_compiler": "/usr/bin/gcc",
+             "python_headers": True}
+    report = runner.build_report(facts, results, GPU_TESTS, BENCH, {"commit": "abc1234"})
+    json.dumps(report)
+    first, second = report["notebooks"]
+    assert first["result"] == "not validated" and first["failed_claims"] == []
+    assert first["not_validated_on_gpu"] == ["two GPUs for NCCL and DDP (1 GPU visible)"]
+    assert {"what": "two GPUs for NCCL and DDP", "why": "1 GPU visible", "where": [first["notebook"]]} in (
+        report["not_validated_on_gpu"])
+    assert second["result"] == "failed", "a false claim fails its lesson"
+    assert second["failed_cells"] == ["Cell 0: RuntimeError: GPU claim failed with GPUCOURSE_REQUIRE_GPU=1: "
+                                      "accumulation peak over the full batch peak: 0.7, expected at most 0.65."]
+    assert second["claims"] == [{"claim": "accumulation peak over the full batch peak", "measured": 0.7, "unit": "",
+                                 "bound": "at most 0.65", "passed": False, "device": "cuda:0",
+                                 "source": "the lesson's arithmetic"}]
+    assert report["status"] == "failed"
+    assert report["problems"][0] == (f"{second['notebook']}: failed (claim false: accumulation peak over the full "
+                                     "batch peak: 0.7, expected at most 0.65)")
+
+    markdown = runner.render_markdown(report)
+    assert markdown.startswith("# GPU test report: FAILED")
+    assert f"| {first['notebook']} | not validated | 3.0 s | 1/1 | two GPUs for NCCL and DDP (1 GPU visible) |" in markdown
+    assert f"| {second['notebook']} | failed | 3.0 s | 0/1 | - |" in markdown
+    assert (f"| {second['notebook']} | accumulation peak over the full batch peak | 0.7 | at most 0.65 | FAIL | "
+            "the lesson's arithmetic |") in markdown
+    assert f"- two GPUs for NCCL and DDP: 1 GPU visible ({first['notebook']})" in markdown
+
+    # The same claim, caught in the lesson (or a run without strict mode): the cell passes, the lesson still fails.
+    results[1]["cases"][0]["outcome"], results[1]["returncode"] = "passed", 0
+    again = runner.build_report(facts, results, GPU_TESTS, BENCH)
+    assert again["notebooks"][1]["result"] == "failed" and again["status"] == "failed"
+
+
+def test_a_lesson_whose_gpu_path_this_machine_cannot_run_is_not_validated_even_without_its_own_needs():
+    """The runner's own checks: DALI's TensorFlow plugin, two GPUs, a C compiler, and claims that never ran."""
+    lessons = [_notebook("05_dali_pipelines", uses=("tensorflow", "dali", "dali-tf")),
+               _notebook("06_data_parallel", uses=("two-gpus",)), _notebook("08_profile_and_compile", uses=("compiler",)),
+               _notebook("07_troubleshooting_oom", uses=("claims",))]
+    rich = {**FACTS, "tensorflow": {"installed": True, "version": "2.21.0", "gpus": 2, "error": None},
+            "dali": {"installed": True, "version": "2.4.0", "error": None}, "dali_tf_plugin": True,
+            "torch": {**FACTS["torch"], "devices": ["NVIDIA H100 80GB HBM3"] * 2}, "c_compiler": "/usr/bin/gcc",
+            "python_headers": True}
+    claimed = [{**lesson, "claims": [{"kind": "claim", "claim": "c", "measured": 1.0, "bound": "at least 0.5",
+                                      "passed": True}]} for lesson in lessons]
+    assert runner.build_report(rich, claimed, GPU_TESTS, BENCH)["status"] == "passed"
+
+    poor = {**rich, "dali_tf_plugin": False, "torch": {**FACTS["torch"]}, "c_compiler": None}
+    report = runner.build_report(poor, lessons, GPU_TESTS, BENCH)
+    assert [row["result"] for row in report["notebooks"]] == ["not validated"] * 4 and report["status"] == "partial"
+    why = {item["what"]: item["why"] for item in report["not_validated_on_gpu"]}
+    assert why["DALI's TensorFlow plugin"].startswith("not installed: it compiles against TensorFlow")
+    assert why["two GPUs"].startswith("1 GPU visible to PyTorch: NCCL, DDP")
+    assert why["a C compiler"].startswith("no C compiler ($CC, gcc or clang): Inductor and Triton build")
+    assert why["the lesson's GPU claims"] == "none ran on the GPU: no claim was recorded"
+    assert "PASSED: every" not in runner.render_markdown(report)

@@ -1,24 +1,35 @@
 """`make test-gpu`: the GPU runner's suite, and its report.
 
     python tools/test_gpu.py                    # check CUDA, run everything, write test-artifacts/
-    python tools/test_gpu.py 04_mixed_precision # only these lessons' notebooks (plus the gpu tests)
+    python tools/test_gpu.py 04_mixed_precision # only these lessons' notebooks and grading (plus the gpu tests)
     python tools/test_gpu.py --preflight        # only the quick check (`make test-gpu` runs it first)
+    python tools/test_gpu.py --setup [--wheelhouse DIR]     # add what the suite needs to this Python's environment,
+                                                            # beside its PyTorch (make test-gpu ENV=system)
+    python tools/test_gpu.py --download DIR [--python-version 3.12] [--platform manylinux_2_28_x86_64]
+                                                            # those packages' wheels, for --setup offline (make wheelhouse)
 
 1. Checks that this machine can run the GPU path, and stops at once, saying why
    and what to do, when it cannot (no NVIDIA driver, every GPU hidden by
    CUDA_VISIBLE_DEVICES, a CPU-only PyTorch, a driver older than PyTorch's CUDA).
    The quick check uses the standard library only, so it runs before any set-up.
 2. With GPUCOURSE_REQUIRE_GPU=1 (a device choice that would fall back to the CPU
-   fails instead), runs each solution notebook under `pytest --nbval-lax` (one
-   pytest, one kernel, one time per notebook), then the `gpu`-marked tests, then
-   `python -m gpucourse bench`.
+   fails instead, and so does a false claim), runs each solution notebook under
+   `pytest --nbval-lax` (one pytest, one kernel, one time per notebook) with
+   GPUCOURSE_CLAIMS naming a file of its own, where `gpucourse.claims` records each
+   claim the lesson checks (measured value, bound, pass or fail) and each
+   precondition of its GPU path (two GPUs, a C compiler, ...). Then the
+   `gpu`-marked tests, then autograde on the GPU (the solutions and the wrong-answer
+   fixtures, in the grading sandbox with the GPU passed through; the expected
+   scores are checked), then `python -m gpucourse bench`.
 3. Writes test-artifacts/gpu-report.md and gpu-report.json (and a log and a
-   JUnit XML per run): device, driver, versions, each notebook's time and result,
-   and what was NOT validated on GPU (TensorFlow or DALI cells where the package
-   is missing or installed without GPU support, gpu tests that skipped). Such
-   parts are never reported as passed, nor as failed lessons; in the GPU set
-   (`make` installs it where nvidia-smi lists a GPU) TensorFlow not seeing the
-   GPU is a failure.
+   JUnit XML per run): device, driver, versions, each lesson's time, its claims
+   with their measured values, its result, and what was NOT validated on GPU and
+   why: an unmet precondition the lesson recorded, TensorFlow or DALI missing or
+   without GPU support, DALI's TensorFlow plugin missing, fewer than two GPUs for
+   DDP, no C compiler for Inductor, claims that never ran, gpu tests that skipped.
+   A lesson with such a part is "not validated", never "passed"; a failed claim
+   fails its lesson. In the GPU set (`make` installs it where nvidia-smi lists a
+   GPU) TensorFlow not seeing the GPU is a failure.
 
 Exit status: 0 when everything that ran passed (1 with --require-all if a part
 was not validated on GPU), 1 when something failed, 2 when nothing could run.
@@ -27,21 +38,39 @@ was not validated on GPU), 1 when something failed, 2 when nothing could run.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRE_GPU_VAR = "GPUCOURSE_REQUIRE_GPU"
-FRAMEWORKS = {  # what a notebook's source says when it uses the framework -> its name in reports
+REQUIRE_GPU_VAR, CLAIMS_VAR = "GPUCOURSE_REQUIRE_GPU", "GPUCOURSE_CLAIMS"
+NEEDS = {  # what a notebook's code says when its GPU path needs it -> its name in reports
     "tensorflow": (("import_tensorflow(", "import tensorflow"), "TensorFlow"),
     "dali": (("import_dali(", "nvidia.dali"), "DALI"),
+    "dali-tf": (("import_dali_tf(", "nvidia.dali.plugin.tf"), "DALI's TensorFlow plugin"),
+    "two-gpus": (("DistributedDataParallel", "nn.DataParallel", "torchrun", "MirroredStrategy"), "two GPUs"),
+    "compiler": (("torch.compile(",), "a C compiler"),
+    "claims": (("claims.claim(", "import claim"), "the lesson's GPU claims"),
 }
+FRAMEWORKS = ("tensorflow", "dali")
+GRADING = "autograde"  # the gpu tests whose name holds this are the grading run (tests/test_gpu.py)
+# The suite's own packages, added beside an existing PyTorch (--setup) or gathered as wheels (--download), at the
+# course's pins (pyproject.toml); setuptools only for a wheelhouse's users who build gpucourse themselves.
+SUITE = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py", "pytest", "nbval", "ipykernel", "nbformat",
+         "nbclient", "nbgrader")
+# Present distributions --setup never replaces: pinned at their versions in pip's constraints.
+KEEP = re.compile(r"(torch|torchvision|torchaudio|triton|pytorch-triton.*|nvidia-(?!ml-py).*|tensorflow.*|tf-keras|keras"
+                  r"|jax|jaxlib|tensorrt.*|cupy.*|numpy)")
 CPU_ADVICE = "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` explains what it sees."
 
 
@@ -113,18 +142,43 @@ def stop_message(problem: tuple[str, str]) -> str:
 
 
 # --------------------------------------------------------------------- runs
-def subprocess_env() -> dict:
+def subprocess_env(**extra: str) -> dict:
     """Strict mode on, and gpucourse importable from this checkout even where it is not installed."""
-    env = dict(os.environ, **{REQUIRE_GPU_VAR: "1"})
+    env = {k: v for k, v in os.environ.items() if k != CLAIMS_VAR}
+    env.update({REQUIRE_GPU_VAR: "1", **extra})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "utils"), env.get("PYTHONPATH")) if p)
     return env
 
 
 def notebook_uses(path: Path) -> list[str]:
-    """The optional frameworks a notebook's code cells use: "tensorflow", "dali"."""
+    """What a notebook's code cells need on their GPU path (keys of NEEDS: "tensorflow", "two-gpus", "claims", ...)."""
     cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
     code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
-    return [name for name, (needles, _) in FRAMEWORKS.items() if any(n in code for n in needles)]
+    return [name for name, (needles, _) in NEEDS.items() if any(n in code for n in needles)]
+
+
+def read_claims(path: Path) -> list[dict]:
+    """The JSON lines gpucourse.claims wrote (claims and preconditions); a line it could not finish is skipped."""
+    if not Path(path).exists():
+        return []
+    entries = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("kind") in {"claim", "precondition"}:
+            entries.append(entry)
+    return entries
+
+
+def local_facts() -> dict:
+    """What the doctor does not report and the lessons' GPU paths need: a C compiler with Python's headers (Inductor
+    and Triton build their launchers with them), DALI's TensorFlow plugin."""
+    compiler = next((shutil.which(c) for c in (os.environ.get("CC"), "gcc", "clang", "cc") if c and shutil.which(c)), None)
+    names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in importlib.metadata.distributions()}
+    return {"c_compiler": compiler, "python_headers": (Path(sysconfig.get_paths()["include"]) / "Python.h").exists(),
+            "dali_tf_plugin": any(n.startswith("nvidia-dali-tf-plugin") for n in names)}
 
 
 ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")
@@ -160,7 +214,7 @@ def parse_junit(path: Path) -> list[dict]:
     return cases
 
 
-def run_pytest(args: list[str], junit: Path, log: Path, timeout: float) -> dict:
+def run_pytest(args: list[str], junit: Path, log: Path, timeout: float, **env: str) -> dict:
     command = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-o", "junit_family=xunit1",
                f"--junitxml={junit}", "-rfEs"]
     start, timed_out = time.monotonic(), False
@@ -168,8 +222,8 @@ def run_pytest(args: list[str], junit: Path, log: Path, timeout: float) -> dict:
         out.write("$ " + " ".join(command) + "\n")
         out.flush()
         try:
-            returncode = subprocess.run(command, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
-                                        timeout=timeout).returncode
+            returncode = subprocess.run(command, cwd=ROOT, env=subprocess_env(**env), stdout=out,
+                                        stderr=subprocess.STDOUT, timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             returncode, timed_out = None, True
     return {"returncode": returncode, "timed_out": timed_out, "seconds": round(time.monotonic() - start, 1),
@@ -198,9 +252,9 @@ def run_bench(artifacts: Path, timeout: float = 600) -> dict:
 
 
 # ------------------------------------------------------------------- report
-def framework_status(facts: dict) -> dict[str, str | None]:
-    """For TensorFlow and DALI: None when validated on the GPU, else why not."""
-    status = {}
+def need_status(facts: dict) -> dict[str, str | None]:
+    """For each need of NEEDS bar "claims" (which depends on the run): None when this machine meets it, else why not."""
+    status: dict[str, str | None] = {}
     for name in FRAMEWORKS:
         info = facts.get(name) or {}
         if not info.get("installed"):
@@ -212,7 +266,24 @@ def framework_status(facts: dict) -> dict[str, str | None]:
             status[name] = f"installed without GPU support: {build}; the GPU set has them (`make test-gpu GPU=1`)"
         else:
             status[name] = None
+    framework = next((f"{NEEDS[n][1]} {status[n]}" for n in ("dali", "tensorflow") if status[n]), None)
+    status["dali-tf"] = framework or (None if facts.get("dali_tf_plugin") else (
+        "not installed: it compiles against TensorFlow (`pip install --no-build-isolation "
+        "nvidia-dali-tf-plugin-cuda120==<DALI's version>`; `make` tries it, best effort)"))
+    gpus = len((facts.get("torch") or {}).get("devices") or [])
+    status["two-gpus"] = None if gpus >= 2 else (
+        f"{gpus} GPU visible to PyTorch: NCCL, DDP and DataParallel across GPUs did not run (gloo on the CPU instead)")
+    missing = [what for what, ok in (("C compiler ($CC, gcc or clang)", facts.get("c_compiler")),
+                                     ("Python's headers (Python.h)", facts.get("python_headers"))) if not ok]
+    status["compiler"] = (f"no {' and no '.join(missing)}: Inductor and Triton build their kernels' launchers with them"
+                          if missing else None)
     return status
+
+
+def framework_status(facts: dict) -> dict[str, str | None]:
+    """For TensorFlow and DALI: None when validated on the GPU, else why not."""
+    status = need_status(facts)
+    return {name: status[name] for name in FRAMEWORKS}
 
 
 def _environment(facts: dict, versions: dict) -> dict:
@@ -228,111 +299,152 @@ def _environment(facts: dict, versions: dict) -> dict:
         return f"{info.get('version')}{seen}" + (f" (error: {info['error']})" if info.get("error") else "")
 
     return {
-        "device": devices[0] if devices else None,
+        "device": devices[0] if devices else None, "gpus_visible": len(devices),
         "compute_capability": gpu and gpu.get("compute_capability"),
         "memory_gib": gpu and gpu.get("memory_gib"),
         "gpus_on_machine": len(driver.get("gpus") or []),
         "driver": driver.get("version"), "driver_cuda": driver.get("cuda"),
         "torch": torch_.get("version"), "torch_cuda": torch_.get("cuda"), "cudnn": torch_.get("cudnn"),
         "tensorflow": framework("tensorflow"), "dali": framework("dali"),
+        "dali_tf_plugin": facts.get("dali_tf_plugin"), "c_compiler": facts.get("c_compiler"),
         "python": facts.get("python"), "platform": facts.get("platform"), "gpucourse": facts.get("gpucourse"),
         "cuda_visible_devices": facts.get("cuda_visible_devices"), **versions,
     }
 
 
+def _claim_line(entry: dict) -> str:
+    return (f"{entry.get('claim')}: {entry.get('measured'):.3g}{entry.get('unit') or ''}, expected {entry.get('bound')}"
+            if isinstance(entry.get("measured"), (int, float)) else f"{entry.get('claim')}: expected {entry.get('bound')}")
+
+
 def build_report(facts: dict, notebooks: list[dict], gpu_tests: dict | None, bench: dict | None,
-                 versions: dict | None = None) -> dict:
+                 versions: dict | None = None, grading: dict | None = None) -> dict:
     """The report (plain data) from the runs' results. Pure: tested on a CPU with made-up results.
 
-    ``notebooks``: {"notebook", "uses", and run_pytest's "returncode", "timed_out", "seconds", "cases"};
-    ``gpu_tests``: run_pytest's result; ``bench``: the bench card or {"error": ...}; ``facts``: doctor's facts.
+    ``notebooks``: {"notebook", "uses" (notebook_uses), "claims" (read_claims), and run_pytest's "returncode",
+    "timed_out", "seconds", "cases"}; ``gpu_tests`` and ``grading``: run_pytest's results; ``bench``: the bench
+    card or {"error": ...}; ``facts``: doctor's facts with local_facts().
     """
-    frameworks = framework_status(facts)
-    not_validated: list[dict] = []
+    status = need_status(facts)
+    unvalidated: dict[tuple[str, str], list[str]] = {}  # (what, why) -> where
     rows = []
     for nb in notebooks:
         bad = [c for c in nb.get("cases", []) if c["outcome"] in {"failed", "error"}]
-        missing = [f"{FRAMEWORKS[f][1]} ({frameworks[f]})" for f in nb.get("uses", []) if frameworks.get(f)]
+        entries = nb.get("claims", [])
+        claims = [e for e in entries if e["kind"] == "claim"]
+        false = [e for e in claims if not e.get("passed")]
+        missing = [(NEEDS[n][1], status[n]) for n in nb.get("uses", []) if status.get(n)]
+        missing += [(e.get("what", "?"), e.get("why") or "not met on this machine")
+                    for e in entries if e["kind"] == "precondition" and not e.get("met")]
+        if "claims" in nb.get("uses", []) and not claims:
+            missing.append((NEEDS["claims"][1], "none ran on the GPU: no claim was recorded"))
+        for what, why in missing:
+            unvalidated.setdefault((what, why), []).append(nb["notebook"])
         if nb.get("timed_out"):
             result = "timeout"
-        elif bad or nb.get("returncode") != 0 or not nb.get("cases"):
+        elif bad or false or nb.get("returncode") != 0 or not nb.get("cases"):
             result = "failed"
         else:
-            result = "partial" if missing else "passed"
+            result = "not validated" if missing else "passed"
         rows.append({"notebook": nb["notebook"], "result": result, "seconds": nb.get("seconds"),
                      "cells": len(nb.get("cases", [])), "failed_cells": [f"{c['name']}: {c['message']}" for c in bad],
-                     "not_validated_on_gpu": missing, "log": nb.get("log")})
-    for name, why in frameworks.items():
-        users = [nb["notebook"] for nb in notebooks if name in nb.get("uses", [])]
-        if why and users:
-            not_validated.append({"what": f"{FRAMEWORKS[name][1]} cells", "why": why, "where": users})
+                     "claims": [{k: e.get(k) for k in ("claim", "measured", "unit", "bound", "passed", "device", "source")}
+                                for e in claims],
+                     "failed_claims": [_claim_line(e) for e in false],
+                     "not_validated_on_gpu": [f"{what} ({why})" for what, why in missing], "log": nb.get("log")})
+    not_validated = [{"what": what, "why": why, "where": where} for (what, why), where in unvalidated.items()]
 
-    tests = None
-    if gpu_tests is not None:
-        cases = gpu_tests.get("cases", [])
+    def pytest_part(run: dict | None, label: str) -> dict | None:
+        if run is None:
+            return None
+        cases = run.get("cases", [])
         failed = [f"{c['id']}: {c['message']}" for c in cases if c["outcome"] in {"failed", "error"}]
         skipped = [c for c in cases if c["outcome"] == "skipped"]
         passed = sum(c["outcome"] == "passed" for c in cases)
-        ok = gpu_tests.get("returncode") == 0 and not gpu_tests.get("timed_out") and passed > 0
-        tests = {"result": "passed" if ok and not failed else "failed", "passed": passed, "failed": failed,
-                 "skipped": [f"{c['id']}: {c['message']}" for c in skipped], "seconds": gpu_tests.get("seconds"),
-                 "log": gpu_tests.get("log")}
-        if gpu_tests.get("timed_out"):
-            tests["failed"].append("the gpu tests timed out")
+        ok = run.get("returncode") == 0 and not run.get("timed_out") and passed > 0
+        if run.get("timed_out"):
+            failed.append(f"the {label} timed out")
         elif not cases:
-            tests["failed"].append(f"no gpu test ran (pytest exit status {gpu_tests.get('returncode')})")
+            failed.append(f"no {label} ran (pytest exit status {run.get('returncode')})")
         for c in skipped:
-            not_validated.append({"what": f"gpu test {c['id']}", "why": f"skipped: {c['message']}", "where": []})
+            not_validated.append({"what": f"{label}: {c['id']}", "why": f"skipped: {c['message']}", "where": []})
+        return {"result": "passed" if ok and not failed else "failed", "passed": passed, "failed": failed,
+                "skipped": [f"{c['id']}: {c['message']}" for c in skipped], "seconds": run.get("seconds"),
+                "cases": [{k: c[k] for k in ("name", "outcome", "seconds", "message")} for c in cases],
+                "log": run.get("log")}
 
-    problems = [f"{r['notebook']}: {r['result']}" for r in rows if r["result"] in {"failed", "timeout"}]
+    tests, graded = pytest_part(gpu_tests, "gpu test"), pytest_part(grading, "grading on the GPU")
+    problems = [f"{r['notebook']}: {r['result']}" + (f" (claim false: {r['failed_claims'][0]})" if r["failed_claims"] else "")
+                for r in rows if r["result"] in {"failed", "timeout"}]
     tf = facts.get("tensorflow") or {}
     if facts.get("course_set") == "gpu" and tf.get("installed") and not tf.get("error") and not tf.get("gpus"):
         problems.append("TensorFlow sees no GPU, though the GPU set installs its CUDA libraries: `python -m gpucourse doctor`")
-    if tests and tests["result"] != "passed":
-        problems.append("gpu tests: failed")
+    for part, label in ((tests, "gpu tests"), (graded, "grading on the GPU")):
+        if part and part["result"] != "passed":
+            problems.append(f"{label}: failed")
     if bench is not None and "error" in bench:
         problems.append(f"bench: {bench['error'][-300:]}")
-    status = "failed" if problems else "partial" if not_validated else "passed"
-    return {"status": status, "problems": problems, "environment": _environment(facts, versions or {}),
-            "notebooks": rows, "gpu_tests": tests, "not_validated_on_gpu": not_validated, "bench": bench}
+    overall = "failed" if problems else "partial" if not_validated else "passed"
+    return {"status": overall, "problems": problems, "environment": _environment(facts, versions or {}),
+            "notebooks": rows, "gpu_tests": tests, "grading": graded, "not_validated_on_gpu": not_validated,
+            "bench": bench}
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(report: dict) -> str:
     env = report["environment"]
-    headline = {"passed": "PASSED: every notebook and gpu test passed on the GPU",
+    headline = {"passed": "PASSED: every lesson, claim, gpu test and grading run passed on the GPU",
                 "partial": "PASSED WHAT RAN, but some parts were NOT VALIDATED ON GPU (below)",
                 "failed": "FAILED"}[report["status"]]
     lines = [f"# GPU test report: {headline}", "",
              f"- device: {env.get('device')} (compute capability {env.get('compute_capability')}, "
-             f"{env.get('memory_gib')} GiB; {env.get('gpus_on_machine')} GPU(s) on the machine, "
-             f"CUDA_VISIBLE_DEVICES={env.get('cuda_visible_devices')})",
+             f"{env.get('memory_gib')} GiB; {env.get('gpus_visible')} visible to PyTorch, "
+             f"{env.get('gpus_on_machine')} on the machine, CUDA_VISIBLE_DEVICES={env.get('cuda_visible_devices')})",
              f"- NVIDIA driver {env.get('driver')} (CUDA {env.get('driver_cuda')}); PyTorch {env.get('torch')} "
              f"(CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')})",
-             f"- TensorFlow: {env.get('tensorflow')}; DALI: {env.get('dali')}",
-             f"- Python {env.get('python')} on {env.get('platform')}; gpucourse {env.get('gpucourse')}, "
-             f"pytest {env.get('pytest')}, nbval {env.get('nbval')}; commit {env.get('commit')}; {env.get('date')}",
-             f"- strict mode: {REQUIRE_GPU_VAR}=1 (no CPU fallback)", ""]
+             f"- TensorFlow: {env.get('tensorflow')}; DALI: {env.get('dali')}; DALI's TensorFlow plugin: "
+             f"{'installed' if env.get('dali_tf_plugin') else 'not installed'}; C compiler: {env.get('c_compiler')}",
+             f"- Python {env.get('python')} ({env.get('executable')}) on {env.get('platform')}; gpucourse "
+             f"{env.get('gpucourse')}, pytest {env.get('pytest')}, nbval {env.get('nbval')}, nbgrader {env.get('nbgrader')}",
+             f"- commit {env.get('commit')}; {env.get('date')}",
+             f"- strict mode: {REQUIRE_GPU_VAR}=1 (no CPU fallback; a false claim fails its lesson)", ""]
     if report["problems"]:
         lines += ["## Problems", *[f"- {p}" for p in report["problems"]], ""]
-    lines += ["## Notebooks (`pytest --nbval-lax`)", "", "| notebook | result | time | not validated on GPU |",
-              "|---|---|---|---|"]
+    lines += ["## Lessons (`pytest --nbval-lax`, claims checked by `gpucourse.claims`)", "",
+              "| notebook | result | time | claims passed | not validated on GPU |", "|---|---|---|---|---|"]
     for row in report["notebooks"]:
-        missing = ", ".join(row["not_validated_on_gpu"]) or "-"
-        lines.append(f"| {row['notebook']} | {row['result']} | {row['seconds']} s | {missing} |")
+        claims = f"{sum(bool(c['passed']) for c in row['claims'])}/{len(row['claims'])}" if row["claims"] else "-"
+        missing = _cell(", ".join(row["not_validated_on_gpu"]) or "-")
+        lines.append(f"| {row['notebook']} | {row['result']} | {row['seconds']} s | {claims} | {missing} |")
     for row in report["notebooks"]:
         if row["failed_cells"]:
             more = len(row["failed_cells"]) - 1
             later = f" (and {more} later cell(s); log: {row['log']})" if more else f" (log: {row['log']})"
             lines.append(f"\n{row['notebook']}: first failure {row['failed_cells'][0]}{later}")
-    tests = report["gpu_tests"]
-    if tests:
-        lines += ["", f"## gpu-marked tests: {tests['result']}", "",
-                  f"{tests['passed']} passed, {len(tests['failed'])} failed, {len(tests['skipped'])} skipped "
-                  f"in {tests['seconds']} s", *[f"- FAILED {t}" for t in tests["failed"]],
-                  *[f"- skipped {t}" for t in tests["skipped"]]]
+        for claim in row["failed_claims"]:
+            lines.append(f"\n{row['notebook']}: claim FAILED: {claim}")
+    claimed = [(row["notebook"], c) for row in report["notebooks"] for c in row["claims"]]
+    if claimed:
+        lines += ["", "## Claims checked on the GPU", "", "| notebook | claim | measured | expected | result | source |",
+                  "|---|---|---|---|---|---|"]
+        for notebook, c in claimed:
+            measured = f"{c['measured']:.4g}{c.get('unit') or ''}" if isinstance(c["measured"], (int, float)) else "-"
+            lines.append(f"| {notebook} | {_cell(c['claim'])} | {measured} | {_cell(c['bound'])} | "
+                         f"{'PASS' if c['passed'] else 'FAIL'} | {_cell(c.get('source') or '-')} |")
     lines += ["", "## Not validated on GPU", ""]
     lines += [f"- {item['what']}: {item['why']}" + (f" ({', '.join(item['where'])})" if item["where"] else "")
               for item in report["not_validated_on_gpu"]] or ["- nothing: every part ran on the GPU"]
+    for key, title in (("grading", "Grading on the GPU (nbgrader autograde in the sandbox, expected scores)"),
+                       ("gpu_tests", "gpu-marked tests")):
+        part = report.get(key)
+        if part:
+            lines += ["", f"## {title}: {part['result']}", "",
+                      f"{part['passed']} passed, {len(part['failed'])} failed, {len(part['skipped'])} skipped "
+                      f"in {part['seconds']} s", *[f"- FAILED {t}" for t in part["failed"]],
+                      *[f"- skipped {t}" for t in part["skipped"]]]
     bench = report.get("bench")
     if bench and "rows" in bench:
         lines += ["", f"## Bench: {bench.get('name')} ({bench.get('known_as') or 'no published peaks'})", "",
@@ -345,10 +457,8 @@ def render_markdown(report: dict) -> str:
 
 
 def _versions() -> dict:
-    import importlib.metadata
-
-    versions = {"date": time.strftime("%Y-%m-%d %H:%M %Z")}
-    for name in ("pytest", "nbval"):
+    versions = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "executable": sys.executable}
+    for name in ("pytest", "nbval", "nbgrader"):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -362,15 +472,127 @@ def _versions() -> dict:
     return versions
 
 
+# -------------------------------------------------------- an existing environment
+def course_pins(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
+    """name -> version of the `course` extra's exact pins without a marker (a regex: any Python can run this)."""
+    text = Path(pyproject).read_text(encoding="utf-8")
+    block = re.search(r"^course = \[(.*?)^\]", text, flags=re.M | re.S)
+    return {name.lower(): version for name, version in re.findall(r'"([A-Za-z0-9_.\-]+)==([^";\s]+)"', block.group(1))}
+
+
+def suite_requirements(pins: dict[str, str] | None = None) -> list[str]:
+    """What the GPU suite adds beside PyTorch, at the course's pins: the small packages, nbval and its kernel stack,
+    nbgrader for grading on the GPU (their own dependencies come with them; none of them needs torch)."""
+    pins = course_pins() if pins is None else pins
+    return [f"{name}=={pins[name]}" for name in SUITE]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_distributions() -> dict[str, str]:
+    """This Python's distributions, name -> version (the first one on sys.path wins, as imports do)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"]:
+            found.setdefault(_canonical(dist.metadata["Name"]), dist.version)
+    return found
+
+
+def setup_plan(installed: dict[str, str], requirements: list[str], wheelhouse: str | None = None,
+               python: str = sys.executable) -> tuple[list[list[str]], str]:
+    """The pip command adding the requirements this environment lacks (none: no command), and the constraints that
+    keep its PyTorch, TensorFlow, CUDA libraries and NumPy at their present versions."""
+    missing = [r for r in requirements if _canonical(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0]) not in installed]
+    constraints = "".join(f"{name}=={version}\n" for name, version in sorted(installed.items()) if KEEP.fullmatch(name))
+    index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+    commands = [[python, "-m", "pip", "install", *index, "--constraint", "{constraints}", *missing]] if missing else []
+    return commands, constraints
+
+
+def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) -> int:
+    """Add what the suite needs to this Python's environment, beside its PyTorch and never replacing it."""
+    before = installed_distributions()
+    if "torch" not in before:
+        print(f"{sys.executable} has no PyTorch: `make test-gpu ENV=system` (or PYTHON=...) needs a Python whose "
+              "environment has a CUDA PyTorch; without ENV and PYTHON, `make test-gpu` builds .venv instead.", file=sys.stderr)
+        return 2
+    if wheelhouse and not Path(wheelhouse).is_dir():
+        print(f"the wheelhouse {wheelhouse} is not a folder: `make wheelhouse WHEELHOUSE={wheelhouse}` makes it", file=sys.stderr)
+        return 2
+    commands, constraints = setup_plan(before, suite_requirements() if requirements is None else requirements, wheelhouse)
+    with tempfile.TemporaryDirectory(prefix="gpucourse-setup-") as tmp:
+        (Path(tmp) / "constraints.txt").write_text(constraints, encoding="utf-8")
+        for command in commands:
+            command = [str(Path(tmp) / "constraints.txt") if part == "{constraints}" else part for part in command]
+            print("$ " + " ".join(command), flush=True)
+            if subprocess.run(command).returncode != 0:
+                offline = " (offline: is every wheel in the wheelhouse?)" if wheelhouse else ""
+                print(f"make test-gpu: adding the suite's packages failed; this environment's PyTorch {before['torch']} "
+                      f"is kept as it is{offline}.", file=sys.stderr)
+                return 1
+    spec = importlib.util.find_spec("gpucourse")
+    if spec is None:  # gpucourse from this checkout, as an editable install adds it, with nothing to build or download
+        (Path(sysconfig.get_paths()["purelib"]) / "gpucourse-checkout.pth").write_text(f"{ROOT / 'utils'}\n", encoding="utf-8")
+    elif Path(spec.origin or "").parent.parent != ROOT / "utils":
+        print(f"note: the gpucourse at {spec.origin} is not this checkout's; the grading run imports that one")
+    after = installed_distributions()
+    kept = {n: (v, after.get(n)) for n, v in before.items() if KEEP.fullmatch(n) and after.get(n) != v}
+    added = sorted(set(after) - set(before))
+    print(f"added {len(added)} package(s) ({', '.join(added) or 'none missing'}) beside PyTorch {after.get('torch')}"
+          + (f"; CHANGED, though pinned: {kept}" if kept else "; PyTorch and its CUDA libraries are as they were"))
+    return 1 if kept else 0
+
+
+def download_command(dest: str, python_version: str | None = None, platform: str | None = None,
+                     requirements: list[str] | None = None) -> list[str]:
+    """`pip download` of the suite's wheels (and theirs) for a Python version and platform, binary only."""
+    target = (["--python-version", python_version] if python_version else []) + (["--platform", platform] if platform else [])
+    return [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest), *target,
+            *(suite_requirements() if requirements is None else requirements)]
+
+
 # --------------------------------------------------------------------- main
+def run_lesson(path: Path, artifacts: Path, timeout: float, run=run_pytest) -> dict:
+    """One solution notebook under nbval, with GPUCOURSE_CLAIMS naming a fresh file for its claims; its result."""
+    lesson = path.parent.name
+    rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    claims = artifacts / "claims" / f"{lesson}.jsonl"
+    claims.parent.mkdir(parents=True, exist_ok=True)
+    claims.unlink(missing_ok=True)
+    result = run([rel, "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout", str(timeout)],
+                 artifacts / f"{lesson}.xml", artifacts / "logs" / f"{lesson}.log", timeout, **{CLAIMS_VAR: str(claims)})
+    return {"notebook": rel, "uses": notebook_uses(path), **result, "claims": read_claims(claims)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="*", help="lesson folders to run (default: every one in solutions/)")
     parser.add_argument("--preflight", action="store_true", help="only the quick check (standard library only)")
     parser.add_argument("--artifacts", type=Path, default=ROOT / "test-artifacts", help="where the report goes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per notebook (and for the gpu tests)")
+    parser.add_argument("--grading-timeout", type=float, default=3600, help="seconds for grading every lesson")
+    parser.add_argument("--no-grading", action="store_true", help="skip autograde on the GPU")
     parser.add_argument("--require-all", action="store_true", help="fail when a part is not validated on GPU")
+    parser.add_argument("--setup", action="store_true", help="add what the suite needs beside this Python's PyTorch")
+    parser.add_argument("--wheelhouse", help="with --setup: install offline, from this folder of wheels")
+    parser.add_argument("--requirements", type=Path, help="with --setup or --download: these instead of the suite's")
+    parser.add_argument("--download", metavar="DIR", help="gather the suite's wheels in DIR (make wheelhouse)")
+    parser.add_argument("--python-version", help="with --download: for this Python, e.g. 3.12")
+    parser.add_argument("--platform", help="with --download: for this platform, e.g. manylinux_2_28_x86_64")
     args = parser.parse_args(argv)
+
+    requirements = None
+    if args.requirements:
+        requirements = [line.strip() for line in args.requirements.read_text().splitlines()
+                        if line.strip() and not line.startswith("#")]
+    if args.download:
+        command = download_command(args.download, args.python_version, args.platform, requirements)
+        print("$ " + " ".join(command), flush=True)
+        return subprocess.run(command).returncode
+    if args.setup:
+        return setup(args.wheelhouse, requirements)
 
     problem, doctor = quick_problem(), {}
     if problem is None and not args.preflight:
@@ -391,22 +613,28 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     artifacts = args.artifacts.resolve()
     (artifacts / "logs").mkdir(parents=True, exist_ok=True)
-    facts = doctor.get("facts") or {}
+    facts = {**(doctor.get("facts") or {}), **local_facts()}
     results = []
-    print(f"{REQUIRE_GPU_VAR}=1; {len(notebooks)} notebook(s), then the gpu tests, then the bench. Logs: {artifacts}")
+    print(f"{REQUIRE_GPU_VAR}=1; {len(notebooks)} notebook(s), then the gpu tests, grading, the bench. Logs: {artifacts}")
     for i, path in enumerate(notebooks, 1):
-        rel, lesson = str(path.relative_to(ROOT)), path.parent.name
-        print(f"[{i}/{len(notebooks)}] {rel} ...", end=" ", flush=True)
-        run = run_pytest([rel, "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout", str(args.timeout)],
-                         artifacts / f"{lesson}.xml", artifacts / "logs" / f"{lesson}.log", args.timeout)
-        results.append({"notebook": rel, "uses": notebook_uses(path), **run})
-        print(f"exit {run['returncode']}, {run['seconds']} s")
+        print(f"[{i}/{len(notebooks)}] {path.relative_to(ROOT)} ...", end=" ", flush=True)
+        results.append(run_lesson(path, artifacts, args.timeout))
+        claims = [e for e in results[-1]["claims"] if e["kind"] == "claim"]
+        print(f"exit {results[-1]['returncode']}, {results[-1]['seconds']} s, "
+              f"{sum(bool(e.get('passed')) for e in claims)}/{len(claims)} claims passed")
     print("gpu-marked tests ...", end=" ", flush=True)
-    gpu_tests = run_pytest(["tests", "-m", "gpu"], artifacts / "gpu-tests.xml", artifacts / "logs" / "gpu-tests.log",
-                           args.timeout)
+    gpu_tests = run_pytest(["tests", "-m", "gpu", "-k", f"not {GRADING}"], artifacts / "gpu-tests.xml",
+                           artifacts / "logs" / "gpu-tests.log", args.timeout)
     print(f"exit {gpu_tests['returncode']}, {gpu_tests['seconds']} s")
+    grading = None
+    if not args.no_grading:
+        print("grading on the GPU ...", end=" ", flush=True)
+        only = f" and (sandbox or {' or '.join(args.lessons)})" if args.lessons else ""
+        grading = run_pytest(["tests/test_gpu.py", "-m", "gpu", "-k", f"{GRADING}{only}"], artifacts / "grading.xml",
+                             artifacts / "logs" / "grading.log", args.grading_timeout)
+        print(f"exit {grading['returncode']}, {grading['seconds']} s")
     print("bench ...", flush=True)
-    report = build_report(facts, results, gpu_tests, run_bench(artifacts), _versions())
+    report = build_report(facts, results, gpu_tests, run_bench(artifacts), _versions(), grading)
     (artifacts / "gpu-report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     markdown = render_markdown(report)
     (artifacts / "gpu-report.md").write_text(markdown, encoding="utf-8")
