@@ -53,6 +53,9 @@ help:
 	@echo "make test-fast  helper unit tests and hygiene only (seconds)"
 	@echo "make test-gpu   on a CUDA machine: solutions under nbval with GPUCOURSE_REQUIRE_GPU=1, gpu tests, bench;"
 	@echo "                report in test-artifacts/ (stops at once, saying why, where there is no usable GPU)"
+	@echo "                where a CUDA PyTorch already is: make test-gpu ENV=system (python3) or PYTHON=/path/to/python"
+	@echo "make wheelhouse WHEELHOUSE=dir [PY=3.12 PLATFORM=manylinux_2_28_x86_64]  online: the wheels test-gpu adds,"
+	@echo "                for a GPU machine without internet: make test-gpu ENV=system WHEELHOUSE=dir there"
 	@echo "make doctor     the environment report (paste it into bug reports)"
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
 	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml"
@@ -92,10 +95,30 @@ test-fast: $(STAMP)
 
 # The GPU runner (tools/test_gpu.py). The quick CUDA check needs only the standard library, so a machine
 # without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
+# ENV=system (python3) or PYTHON=/path/to/python on the command line: that Python's environment, which has a CUDA
+# PyTorch (an NGC container, a cluster's module), found on PATH as it was before .venv/bin came first; --setup adds
+# only what the suite lacks beside its PyTorch, never replacing it, from WHEELHOUSE=dir offline (`make wheelhouse`).
+ifneq ($(filter system,$(ENV))$(filter command line,$(origin PYTHON)),)
+  GPU_PY := $(or $(shell PATH='$(subst $(abspath $(BIN)):,,$(PATH))' command -v $(PYTHON)),$(PYTHON))
+endif
 test-gpu:
-	@$(PYTHON) tools/test_gpu.py --preflight
+	@$(or $(GPU_PY),$(PYTHON)) tools/test_gpu.py --preflight
+ifneq ($(GPU_PY),)
+	$(GPU_PY) tools/test_gpu.py --setup $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))
+	$(GPU_PY) tools/test_gpu.py $(GPU_ARGS)
+else ifneq ($(WHEELHOUSE),)
+	@echo "WHEELHOUSE=$(WHEELHOUSE) holds no PyTorch: add ENV=system or PYTHON=/path/to/python (a Python with a CUDA PyTorch)"; exit 2
+else
 	@$(MAKE) --no-print-directory $(STAMP)
 	$(BIN)/python tools/test_gpu.py $(GPU_ARGS)
+endif
+
+# The wheels `make test-gpu ENV=system` adds (the suite's small packages, nbval's kernel stack, nbgrader; no
+# framework), binary only, for the GPU machine's Python and platform: run online, then copy the folder there.
+.PHONY: wheelhouse
+wheelhouse:
+	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
+	$(or $(GPU_PY),$(PYTHON)) tools/test_gpu.py --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 doctor: $(STAMP)
 	@$(BIN)/python -m gpucourse doctor

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -319,3 +320,111 @@ def test_a_lesson_whose_gpu_path_this_machine_cannot_run_is_not_validated_even_w
     assert why["a C compiler"].startswith("no C compiler ($CC, gcc or clang): Inductor and Triton build")
     assert why["the lesson's GPU claims"] == "none ran on the GPU: no claim was recorded"
     assert "PASSED: every" not in runner.render_markdown(report)
+
+
+def _wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
+    """A tiny pure-Python wheel: a package whose __init__ holds its version."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f"__version__ = {version!r}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for file, text in files.items():
+            archive.writestr(file, text)
+    return path
+
+
+@pytest.mark.slow
+def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_never_replaces_it(tmp_path):
+    """`make test-gpu ENV=system WHEELHOUSE=dir` on a machine with no index: the environment has a (fake) torch 2.99;
+    the wheelhouse holds the suite (here two small packages), and a torch 3.0 pip would happily upgrade to."""
+    offline = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k.lower() not in {"http_proxy", "https_proxy"}}
+    offline.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_NO_INPUT="1",
+                   PIP_DISABLE_PIP_VERSION_CHECK="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9")
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", env], check=True)
+    python = str(env / "bin" / "python")
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        shutil.rmtree(env)  # a base Python without pip: the environment gets its own
+        subprocess.run([sys.executable, "-m", "venv", env], check=True)
+
+    def run(*args):
+        return subprocess.run([python, *args], capture_output=True, text=True, env=offline, cwd=ROOT, timeout=120)
+
+    wheels, house = tmp_path / "wheels", tmp_path / "wheelhouse"
+    wheels.mkdir(), house.mkdir()
+    if run("-c", "import torch").returncode != 0:  # the base Python has no torch of its own
+        done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house)
+        assert done.returncode == 2 and "has no PyTorch" in done.stderr, "an environment without PyTorch: nothing to add to"
+    import zipfile
+
+    purelib = run("-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    zipfile.ZipFile(_wheel(wheels, "torch", "2.99.0")).extractall(purelib)  # installed as a wheel installs, by hand
+    for wheel in (("torch", "3.0.0"), ("fakesuite", "1.0", "torch>=2", "fakedep"), ("fakedep", "1.0"),
+                  ("fakenew", "1.0", "torch>=3")):
+        _wheel(house, *wheel)
+    torch_files = sorted(p for p in (env / "lib").rglob("torch*/*") if p.is_file())
+    before = {p: p.read_bytes() for p in torch_files}
+    suite, newer = tmp_path / "suite.txt", tmp_path / "newer.txt"
+    suite.write_text("fakesuite==1.0\n"), newer.write_text("fakenew==1.0\n")
+
+    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", suite)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--no-index --find-links" in done.stdout and "--constraint" in done.stdout
+    assert "added 2 package(s) (fakedep, fakesuite) beside PyTorch 2.99.0" in done.stdout
+    shown = run("-c", "import torch, fakesuite, gpucourse; print(torch.__version__, gpucourse.__file__)").stdout.split()
+    assert shown == ["2.99.0", str(ROOT / "utils" / "gpucourse" / "__init__.py")], "gpucourse comes from this checkout"
+    assert {p: p.read_bytes() for p in torch_files} == before, "the present torch is untouched"
+
+    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", newer)
+    assert done.returncode == 1 and "PyTorch 2.99.0 is kept as it is (offline" in done.stderr, "needs torch 3: refused"
+    assert run("-c", "import torch; print(torch.__version__)").stdout.strip() == "2.99.0"
+    assert {p: p.read_bytes() for p in torch_files} == before
+
+    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", suite)
+    assert done.returncode == 0 and "$ " not in done.stdout and "none missing" in done.stdout, "nothing left to add"
+
+
+def test_the_suite_beside_pytorch_and_its_wheelhouse_command():
+    suite = runner.suite_requirements()
+    assert "nbval==0.11.0" in suite and "ipykernel==7.4.0" in suite and "nbgrader==0.9.6" in suite
+    assert not [r for r in suite if re.match(r"(torch|tensorflow|nvidia-dali|keras)", r)], "never a framework"
+    present = {"torch": "2.8.0a0+5228986c39.nv25.06", "nvidia-cudnn-cu12": "9.10.2.21", "numpy": "1.26.4",
+               "nbval": "0.10.0", "nvidia-ml-py": "12.575.51", "jupyterlab": "4.0.0"}
+    commands, constraints = runner.setup_plan(present, suite, "/wh", python="/opt/py")
+    assert constraints == "numpy==1.26.4\nnvidia-cudnn-cu12==9.10.2.21\ntorch==2.8.0a0+5228986c39.nv25.06\n"
+    (command,) = commands
+    assert command[:8] == ["/opt/py", "-m", "pip", "install", "--no-index", "--find-links", "/wh", "--constraint"]
+    assert "nbval==0.11.0" not in command and "numpy==2.4.6" not in command, "present packages are left as they are"
+    assert "ipykernel==7.4.0" in command and "nvidia-ml-py==13.615.71" not in command
+    assert runner.setup_plan({**present, **{r.split("==")[0]: "1" for r in suite}}, suite)[0] == []
+
+    download = runner.download_command("/wh", "3.12", "manylinux_2_28_x86_64")
+    assert download[1:9] == ["-m", "pip", "download", "--only-binary=:all:", "--dest", "/wh", "--python-version", "3.12"]
+    assert download[9:11] == ["--platform", "manylinux_2_28_x86_64"] and download[11:] == suite
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_gpu_in_an_existing_environment_and_make_wheelhouse():
+    """What make would run (make -n): the named Python's environment, never .venv's set-up; a wheelhouse for it."""
+    def dry(*args):
+        env = {k: v for k, v in os.environ.items() if k not in {"ENV", "PYTHON", "WHEELHOUSE", "MAKEFLAGS"}}
+        done = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=env, timeout=60)
+        return [line for line in done.stdout.splitlines() if not line.startswith("course environment:")]
+
+    preflight, setup, run = dry("test-gpu", "ENV=system", "WHEELHOUSE=/w", "GPU_ARGS=02_tensors_on_device --require-all")
+    python = preflight.split()[0]
+    assert "/.venv/" not in python and os.path.basename(python).startswith("python3"), "the system's python3, not .venv's"
+    assert setup == f"{python} tools/test_gpu.py --setup --wheelhouse /w"
+    assert run == f"{python} tools/test_gpu.py 02_tensors_on_device --require-all"
+    assert dry("test-gpu", f"PYTHON={sys.executable}")[1:] == [f"{sys.executable} tools/test_gpu.py --setup ",
+                                                              f"{sys.executable} tools/test_gpu.py "]
+    assert "holds no PyTorch: add ENV=system" in dry("test-gpu", "WHEELHOUSE=/w")[1], "a wheelhouse alone builds no .venv"
+    assert dry("wheelhouse", "WHEELHOUSE=/w", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64")[1].endswith(
+        "tools/test_gpu.py --download /w --python-version 3.12 --platform manylinux_2_28_x86_64")
