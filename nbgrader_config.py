@@ -32,3 +32,7 @@ except ImportError:  # a scratch copy made only to generate notebooks/ has no to
     c.Autograde.autograde_preprocessors = [NoSandbox]
 else:
     grade.configure(c)
+
+# Feedback (nbgrader generate_feedback) shows each failed test's error message, not the hidden tests' code
+# (tools/grade.py's HideHiddenTests). False: the feedback shows the hidden tests' code too, as nbgrader alone does.
+c.HideHiddenTests.enabled = True

@@ -14,6 +14,9 @@ idle, saves it from the menu and reads back what the learner saw:
 - then the learner types the answers of the two exercises the lesson's plot needs into their cells and runs from
   the first of them down to the plot (Shift+Enter): those test cells pass and the plot renders in the page.
 
+The class report (tools/report.py, of tests/test_report.py's small class) opens from its file in the same Chromium,
+alone (nothing fetched), with its score histogram drawn.
+
 The solution notebook is not run here: `tests/test_nbval.py` runs every cell of it; what only a browser shows
 (cells render, the kernel runs from the UI, a plot renders, edits run) is the student test's.
 
@@ -365,6 +368,32 @@ def test_student_notebook_in_jupyterlab(lab):
     print(f"\nstudent notebook: {len(nb.cells)} cells rendered, Run All in {took:.0f} s, {rounds} more runs, "
           f"errors in {[c.metadata.get('nbgrader', {}).get('grade_id') or i for i, c in cells if error_of(c)]}; "
           f"screenshots {shot.relative_to(ck.ROOT)}, {plot_shot.relative_to(ck.ROOT)}")
+
+
+def test_class_report_in_chromium(tmp_path):
+    """The class report (tools/report.py) opens in a real browser from its file, alone, with its plot drawn."""
+    reason = _why_no_browser()
+    if reason:
+        pytest.skip(reason)
+    import report  # tools/report.py (coursekit puts tools/ on the path)
+    import test_report
+
+    page_path, _, data = report.write(test_report.synthetic_course(tmp_path), test_report.ASSIGNMENT)
+    with chromium_page() as page:
+        asked = []
+        page.on("request", lambda request: asked.append(request.url))
+        page.goto(page_path.as_uri())
+        plot = page.locator("img#scores")
+        plot.scroll_into_view_if_needed()
+        drawn = plot.evaluate("img => img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.width] : null")
+        heading = page.locator("h1").inner_text()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "class-report.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert drawn and drawn[1] > 300, f"the score histogram is drawn in the page (natural and shown width: {drawn})"
+    assert heading == f"{test_report.ASSIGNMENT}: class report"
+    assert all(url.startswith(("file:", "data:")) for url in asked), f"the page fetched something else: {asked}"
+    print(f"\nclass report of {len(data['students'])} submissions: plot {drawn[0]} px wide; {shot.relative_to(ck.ROOT)}")
 
 
 def docs_screenshot() -> Path:

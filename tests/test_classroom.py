@@ -19,7 +19,9 @@ Autograde is held to what tests/test_grading.py::test_autograde asserts for ever
 (coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without crashing the
 grader, each fixture loses exactly the points of its answers' test cells, written answers wait for the
 instructor, no submission is changed, and no cell of the solution warns. Then the scores in the gradebook and
-grades.csv, and bob's feedback names the test cells he failed. The commands run are written to
+grades.csv, and bob's feedback names the test cells he failed. The class report (tools/report.py) built from this
+gradebook agrees with it, and no feedback shows a line of the hidden tests unless the instructor's switch says so
+(tests/test_report.py's check_report and check_feedback). The commands run are written to
 test-artifacts/classroom-commands.txt.
 """
 
@@ -36,10 +38,12 @@ from pathlib import Path
 import coursekit as ck
 import nbformat
 import pytest
+import test_report  # tests/test_report.py: the class report's and the feedback's checks
 
 LESSON = ck.CLASSROOM_LESSON
 COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(1)
 PARTLY_WRONG = "partly_right"  # tests/fixtures/01_verify_gpu/partly_right.py
+HIDDEN_FAILURE = "skips_and_units"  # passes the visible tests of test_gpu_features, fails its hidden ones
 MANUAL = {"alice": (2, None), "bob": (1, "Right about the launch; now say how you would synchronize before reading the clock.")}
 
 
@@ -195,6 +199,9 @@ def test_the_classroom_loop(tmp_path):
     assert "unset: every GPU is visible" in html, "bob sees why the visible test failed"
     (fetched,) = (room.workdir("bob") / LESSON / "feedback").glob(f"*/{notebook.replace('.ipynb', '.html')}")
     assert fetched.read_text() == html, "bob fetched his feedback through the exchange"
+    # The class report from this gradebook, and feedback that names a failed hidden test without showing its code.
+    test_report.check_report(room.course, LESSON)
+    test_report.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
     print("\n" + "\n".join(room.log))
     print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
 
