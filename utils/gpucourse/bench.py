@@ -27,7 +27,7 @@ ROWS = {**{key: (f"matmul {key}", "TFLOP/s", column) for column, key in enumerat
         "d2d": ("copy device to device", "GB/s", 4), "h2d_pageable": ("copy host to device, pageable", "GB/s", 5),
         "h2d_pinned": ("copy host to device, pinned", "GB/s", 5)}  # key: (what, unit, which column of CARDS)
 NOTES = {True: {"d2d": "bytes read + bytes written", "h2d_pageable": "one direction; the peak is the PCIe x16 link's"},
-         False: {"tf32": "a mode of a GPU's tensor cores", "fp16": "CPUs have no fast fp16 matmul", "d2d": "RAM to RAM: no GPU",
+         False: {"tf32": "a mode of a GPU's tensor cores", "fp16": "not measured on CPUs", "d2d": "RAM to RAM: no GPU",
                  "h2d_pageable": "no GPU, so no host-to-device copy", "h2d_pinned": "no GPU, so no host-to-device copy"}}
 LINE = "{:<32}{:>10}  {:<8}{:>8}  {:>7}   {}"
 
