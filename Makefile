@@ -45,7 +45,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: lab test test-fast test-gpu doctor notebooks pins grade lint clean help FORCE
+.PHONY: lab test test-fast test-gpu doctor notebooks pins grade report lint clean help FORCE
 
 help:
 	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
@@ -60,6 +60,7 @@ help:
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
 	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml"
 	@echo "make grade LESSON=NN_topic  collect and autograde a class in the sandbox, a table of scores (README, instructors)"
+	@echo "make report LESSON=NN_topic after grading: reports/NN_topic.html (scores, failures per test cell) and .csv"
 	@echo "The set .venv holds: the GPU set where nvidia-smi lists an NVIDIA GPU, else the CPU set; GPU=1 or GPU=0 decides."
 
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
@@ -133,6 +134,11 @@ pins: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make grade LESSON=NN_topic [GRADE_JOBS=n] [UNSANDBOXED=1]"; exit 2; }
 	$(BIN)/python tools/grade.py $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
+
+# The class report from the gradebook (tools/report.py), after grading: reports/LESSON.html and reports/LESSON.csv.
+report: $(STAMP)
+	@test -n "$(LESSON)" || { echo "usage: make report LESSON=NN_topic"; exit 2; }
+	$(BIN)/python tools/report.py $(LESSON)
 
 lint: $(STAMP)
 	$(BIN)/ruff check utils tests tools

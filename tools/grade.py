@@ -19,6 +19,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
+from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors import SaveAutoGrades as _SaveAutoGrades
@@ -238,14 +240,64 @@ class SaveAutoGrades(_SaveAutoGrades):
             self.gradebook.db.commit()
 
 
+class HideHiddenTests(Preprocessor):
+    """Feedback without the hidden tests' code: in each test cell the hidden region becomes one comment line, and
+    its errors keep their message and the student's own frames but lose every line of hidden code.
+
+    nbgrader's feedback is the autograded notebook as it is, hidden tests included (its source and the code lines
+    of the traceback). ``c.HideHiddenTests.enabled = False`` (nbgrader_config.py) shows them again.
+    """
+
+    enabled = Bool(True, help="False: the feedback shows the hidden tests' code, as nbgrader's own does.").tag(config=True)
+    begin, end = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+    note = "### hidden tests: not shown in the feedback"
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution") or self.begin not in cell.source:
+            return cell, resources
+        shown, hidden, inside = [], set(), False
+        for line in cell.source.splitlines():
+            if self.begin in line or self.end in line:
+                inside = self.begin in line
+                shown += [self.note] if inside else []
+                hidden.add(line.strip())
+            elif inside:
+                hidden.add(line.strip())
+            else:
+                shown.append(line)
+        cell.source = "\n".join(shown)
+        hidden.discard("")
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                output.traceback = [self._without(entry, hidden) for entry in output.get("traceback", [])]
+        return cell, resources
+
+    @staticmethod
+    def _without(entry: str, hidden: set[str]) -> str:
+        """A traceback entry without its lines of hidden code (`----> 5 assert ...` says the failure is hidden)."""
+        kept = []
+        for line in entry.split("\n"):
+            plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line)
+            numbered = re.match(r"\s*(-*>)?\s*(\d+)\s(.*)", plain)
+            code = (numbered.group(3) if numbered else plain).strip()
+            if code and code in hidden:
+                if numbered and numbered.group(1):
+                    kept.append(f"{numbered.group(1)} {numbered.group(2)} (a hidden test: its code is not shown)")
+                continue
+            kept.append(line)
+        return "\n".join(kept)
+
+
 def configure(c) -> None:
     """Grading settings of nbgrader_config.py."""
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput
+    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, GetGrades, IgnorePattern, LimitOutput
 
     c.Autograde.autograde_preprocessors = [GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                            SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back from the source, hidden tests too
+    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]  # nbgrader's + ours
 
 
 # ---- the class table -------------------------------------------------------------------------------------------
@@ -325,7 +377,20 @@ def grade(course: Path, lesson: str, *, jobs: int, extra: list[str]) -> list[dic
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         seconds = dict(pool.map(one, students))
+    times = grading_times(course)  # kept for the class report (tools/report.py)
+    times[lesson] = {**times.get(lesson, {}), **{student: round(s, 1) for student, s in seconds.items()}}
+    (course / REPORTS).mkdir(exist_ok=True)
+    (course / REPORTS / TIMES).write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
     return table(course, lesson, seconds)
+
+
+REPORTS, TIMES = "reports", "grading-times.json"  # the class reports' folder; the grading times it keeps
+
+
+def grading_times(course: Path) -> dict[str, dict[str, float]]:
+    """lesson -> student -> seconds grade() took for the submission, as its last run for them measured."""
+    path = course / REPORTS / TIMES
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def main(argv: list[str] | None = None) -> int:
