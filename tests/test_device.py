@@ -7,7 +7,6 @@ import torch
 
 import gpucourse
 from gpucourse import device as dev
-from gpucourse import doctor
 
 
 @pytest.fixture
@@ -76,8 +75,8 @@ def test_meta_and_cpu_are_accepted(capsys):
 
 
 def driver_with(monkeypatch, *uuids):
-    """Fake what doctor's NVML probe reads: the driver's GPUs."""
-    monkeypatch.setattr(doctor, "probe_driver", lambda: {"gpus": [{"uuid": uuid} for uuid in uuids]})
+    """Fake what the NVML probe reads: the driver's GPUs."""
+    monkeypatch.setattr(dev, "probe_driver", lambda: {"gpus": [{"uuid": uuid} for uuid in uuids]})
 
 
 @pytest.mark.parametrize(

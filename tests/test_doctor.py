@@ -209,3 +209,45 @@ def test_probe_driver_reads_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert doctor.probe_driver() == {"found": True, "version": "580.65.06", "cuda": "13.0", "error": None, "gpus": [
         {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_gib": 80.0, "compute_capability": "9.0", "uuid": "GPU-5e1a"}]}
+
+
+# Colab's GPU runtime (googlecolab/backend-info, pip-freeze.gpu.txt of 2026-08-19): its nvidia-* wheels, all for CUDA 12
+# but one, nvidia-nccl-cu13, which owns the same libnccl.so.2 as nvidia-nccl-cu12.
+COLAB_NVIDIA = ["nvidia-cublas-cu12", "nvidia-cuda-cccl-cu12", "nvidia-cuda-cupti-cu12", "nvidia-cuda-nvcc-cu12",
+                "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cudnn-cu12", "nvidia-cufft-cu12",
+                "nvidia-cufile-cu12", "nvidia-curand-cu12", "nvidia-cusolver-cu12", "nvidia-cusparse-cu12",
+                "nvidia-cusparselt-cu12", "nvidia-libnvcomp-cu12", "nvidia-nccl-cu12", "nvidia-nccl-cu13",
+                "nvidia-nvimgcodec-cu12", "nvidia-nvjitlink-cu12", "nvidia-nvshmem-cu12", "nvidia-nvtx-cu12"]
+T4 = {"index": 0, "name": "Tesla T4", "memory_gib": 14.74, "compute_capability": "7.5", "uuid": "GPU-7e57"}
+
+
+def colab_facts():
+    return facts(colab=True, platform="Linux-6.6.105+-x86_64-with-glibc2.35", python="3.13.0",
+                 driver={"version": "550.54.15", "cuda": "12.4", "gpus": [T4]},
+                 torch={"version": "2.11.0+cu128", "cuda": "12.8", "devices": ["Tesla T4"]},
+                 tensorflow={"version": "2.20.0", "cuda": "12.5.1"}, dali={"installed": False},
+                 nvidia={"packages": {name: doctor.cuda_major(name, []) for name in COLAB_NVIDIA},
+                         "clashes": {"nvidia/nccl/lib/libnccl.so.2": ["nvidia-nccl-cu12", "nvidia-nccl-cu13"]}})
+
+
+def test_colab_runtime_as_shipped_is_no_error_and_gets_no_course_venv_fix():
+    """Colab ships two NCCL wheels for two CUDA majors; the course's .venv fixes (make lab, rm -rf .venv) do not apply."""
+    findings = doctor.diagnose(colab_facts())
+    assert "error" not in levels(findings) and "warning" not in levels(findings), findings
+    assert not [f for f in findings if "make lab" in f.fix or ".venv" in f.fix], findings
+    shipped = [f for f in findings if "as Google ships it" in f.problem]
+    assert levels(shipped) == ["info", "info"] and "libnccl.so.2" in shipped[1].problem, shipped
+    assert any("Lesson 05's set-up cell" in f.fix for f in findings if "DALI" in f.problem)
+    off_colab = doctor.diagnose(colab_facts() | {"colab": False})  # the same packages in the course's own .venv
+    assert "rm -rf .venv && make lab" in only_error(off_colab).fix
+
+
+def test_colab_is_recognized_in_a_command_the_notebook_runs(monkeypatch):
+    """`!python -m gpucourse doctor` runs in a new process without google.colab imported; Colab's variable reaches it."""
+    monkeypatch.setattr(doctor, "probe_driver", lambda: {"found": False, "gpus": []})
+    monkeypatch.setattr(doctor, "probe_framework", lambda key: {"installed": False})
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    assert not doctor.collect()["colab"]
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-external_20260819-060048_RC00")
+    assert doctor.collect()["colab"]

@@ -66,3 +66,29 @@ def test_every_module_serves_two_lessons():
         "a gpucourse module used by fewer than two lessons belongs in that lesson's cells (CONTRIBUTING.md): "
         + "; ".join(f"{m} used by {users or 'no lesson'}" for m, users in lonely.items())
     )
+
+
+def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    """The package's modules a module imports anywhere in it (in functions too): `from .x import`, `gpucourse.x`, ..."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "gpucourse"):
+            base = (node.module or "").removeprefix("gpucourse").strip(".") if not node.level else node.module or ""
+            found |= {base.split(".")[0]} if base else {a.name if a.name in modules else "__init__" for a in node.names}
+        elif isinstance(node, ast.Import):
+            names = [a.name.split(".") for a in node.names if a.name.split(".")[0] == "gpucourse"]
+            found |= {name[1] if len(name) > 1 else "__init__" for name in names}
+    return found & modules
+
+
+def test_no_import_circle_among_the_helper_modules():
+    modules = set(_modules())
+    graph = {m: _imports(ast.parse((PACKAGE / f"{m}.py").read_text()), modules) - {m} for m in modules}
+
+    def circle(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        return next((found for nxt in sorted(graph[module]) if (found := circle(nxt, path + [module]))), None)
+
+    circles = [c for m in sorted(graph) if (c := circle(m, []))]
+    assert not circles, f"gpucourse's modules import each other in a circle: {' -> '.join(circles[0])}: move what both use"

@@ -32,6 +32,16 @@ NOISY = RANKS + """
 import sys
 print("UserWarning: something a framework says", file=sys.stderr, flush=True)
 """
+BAD_ARGUMENT = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.parse_args()
+"""
+SILENT = """
+import os, signal
+os.kill(os.getpid(), signal.SIGKILL)  # dies before printing anything, as the kernel's out-of-memory killer would make it
+"""
 HANG = """
 import os, pathlib, signal, sys, time
 if os.environ["RANK"] == "1":
@@ -83,7 +93,65 @@ Root Cause (first observed failure):
     result = launch.LaunchResult("torchrun x.py", returncode=1,
                                  lines=[("rank3", "ValueError: boom")] + [("agent0", t) for t in report.splitlines()])
     message = launch._why(result, timeout=60)
-    assert message.startswith("rank 3 failed first (exit code 1)") and message.endswith("    ValueError: boom")
+    assert message.startswith("rank 3 failed first (exit code 1: an uncaught exception"), message
+    assert message.endswith("    ValueError: boom")
+
+
+# torch 2.11's torchrun (Colab's) has no --log-line-prefix-template option and ran it as the script: what it printed
+TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]: 
+[default0]:usage: /usr/bin/python3 [option] ... [-c cmd | -m mod | file | -] [arg] ...
+E1125 00:02:36.756000 9179 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 2) local_rank: 0
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 2 (pid: 9530)
+============================================================"""
+# The options of torchrun in torch 2.11.0, the oldest the course supports (torch/distributed/run.py, get_args_parser)
+TORCH_2_11_OPTIONS = {
+    "--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--standalone",
+    "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "--module", "--no-python",
+    "--run-path", "--log-dir", "--redirects", "--tee", "--local-ranks-filter", "--duplicate-stdout-filters",
+    "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port", "--local-addr", "--logs-specs",
+    "--numa-binding", "--signals-to-handle", "--virtual-local-rank"}
+
+
+def test_a_rank_whose_lines_are_not_prefixed_still_shows_them():
+    """Whatever goes wrong with the [rankN] prefix, the message shows what the failed rank printed, and names the exit code."""
+    result = launch.LaunchResult("torchrun x.py", returncode=1,
+                                 lines=[("agent0", t) for t in TORCH_2_11_UNKNOWN_OPTION.splitlines()])
+    message = launch._why(result, timeout=60)
+    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), message
+    assert "rank 0 printed nothing" in message and "unknown option --log-line-prefix-template" in message, message
+    assert "ChildFailedError" not in message, "torchrun's own traceback is not the rank's output"
+
+
+@pytest.mark.parametrize("nnodes", [1, 2])
+def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkeypatch, nnodes):
+    """The rank prefix goes through the environment (torch 2.11 reads it too), not an option torch 2.11 lacks."""
+    calls = []
+
+    class Agent:  # a torchrun that ends at once, successfully
+        def __init__(self, argv, env, **_):
+            calls.append((argv, env))
+            self.stdout, self.pid = iter([]), 0
+
+        def poll(self):
+            return 0
+
+        wait = poll
+
+        def terminate(self):
+            pass
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Agent)
+    launch.torchrun(write(tmp_path, "ranks.py", RANKS), "--epochs", "1", nproc_per_node=1, nnodes=nnodes, timeout=30)
+    for argv, env in calls:
+        options = argv[argv.index("torch.distributed.run") + 1:argv.index(str(tmp_path / "ranks.py"))]
+        assert {option.split("=")[0] for option in options} <= TORCH_2_11_OPTIONS, options
+        assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
 
 
 @pytest.mark.slow
@@ -105,10 +173,39 @@ def test_a_crashing_rank_is_named_and_nothing_is_left(tmp_path, monkeypatch):
     with pytest.raises(launch.LaunchError) as info:
         launch.torchrun(write(tmp_path, "crash.py", CRASH), nproc_per_node=2, timeout=60, stream=False)
     message = str(info.value)
-    assert message.startswith("rank 1 failed first (exit code 1); torchrun stopped the others"), message
+    assert message.startswith("rank 1 failed first (exit code 1: ") and "torchrun stopped the others" in message, message
     assert "rank 1 gives up on purpose" in message, "the failed rank's last lines are in the message"
     assert info.value.result.seconds < 30, "a failed rank ends the launch; nobody waits for the timeout"
     assert not _tagged(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_at_once_is_named_with_its_cause(tmp_path):
+    """A bad argument: the rank exits 2 at once, its only lines on stderr; the message gives the code's meaning and them."""
+    with pytest.raises(launch.LaunchError) as info:
+        launch.torchrun(write(tmp_path, "train.py", BAD_ARGUMENT), "--epochs", "x", nproc_per_node=1, timeout=60, stream=False)
+    message = str(info.value)
+    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), message
+    assert message.endswith("error: argument --epochs: invalid int value: 'x'"), message
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_without_a_word_is_named_with_its_signal(tmp_path):
+    with pytest.raises(launch.LaunchError) as info:
+        launch.torchrun(write(tmp_path, "silent.py", SILENT), nproc_per_node=1, timeout=60, stream=False)
+    message = str(info.value)
+    assert message.startswith("rank 0 failed first (killed by signal 9: SIGKILL: out of memory"), message
+    assert "rank 0 printed nothing; torchrun's last lines" in message and "exitcode: -9" in message, message
+
+
+@pytest.mark.slow
+def test_torchrun_rejecting_its_own_arguments_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PET_MAX_RESTARTS", "abc")  # torchrun reads its --max-restarts from there, and rejects it
+    with pytest.raises(launch.LaunchError) as info:
+        launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, timeout=60, stream=False)
+    message = str(info.value)
+    assert "failed (exit code 2: a command-line usage error" in message and "before any rank" in message, message
+    assert "invalid int value: 'abc'" in message, message
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Choose the device (d2l's ``try_gpu``, saying why it fell back to the CPU), read its facts, size the demos for it."""
+"""Choose the device (d2l's ``try_gpu``, saying why it fell back to the CPU), read its and the driver's facts, size demos."""
 
 import contextlib
 import os
@@ -37,12 +37,31 @@ def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None
     return f"CUDA_VISIBLE_DEVICES={visible!r} names a GPU twice: none is visible" if len(set(entries)) < len(entries) else None
 
 
+def probe_driver() -> dict:
+    """The NVIDIA driver, the newest CUDA it supports and its GPUs, read through NVML (nvidia-ml-py)."""
+    facts = {"found": False, "version": None, "cuda": None, "gpus": [], "error": None}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # 12040 is CUDA 12.4
+        facts.update(found=True, version=pynvml.nvmlSystemGetDriverVersion(), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
+        facts["gpus"] = [{"index": index, "name": pynvml.nvmlDeviceGetName(handle),
+                          "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+                          "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                          "uuid": pynvml.nvmlDeviceGetUUID(handle)} for index, handle in enumerate(handles)]
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # ImportError without nvidia-ml-py, NVMLError without a driver
+        facts["error"] = f"{'nvidia-ml-py is not installed: ' * isinstance(exc, ImportError)}{type(exc).__name__}: {exc}".strip()
+    return facts
+
+
 def why_no_cuda() -> str:
     """A sentence on why PyTorch sees no CUDA device (call when it sees none)."""
     import torch
     if torch.version.cuda is None:
         return f"this PyTorch ({torch.__version__}) is a CPU-only build"
-    from .doctor import probe_driver  # the GPUs the driver sees (NVML), which CUDA_VISIBLE_DEVICES must name
     problem = visible_devices_problem(os.environ.get("CUDA_VISIBLE_DEVICES"), [gpu.get("uuid") for gpu in probe_driver()["gpus"]])
     return problem or "PyTorch finds no NVIDIA GPU and driver (torch.cuda.is_available() is False)"
 

@@ -10,13 +10,14 @@ import sys
 from collections import namedtuple
 
 from . import __version__
-from .device import visible_devices_problem
+from .device import probe_driver, visible_devices_problem
 from .frameworks import course_set, load_tensorflow
 
 FRAMEWORKS = {"torch": ("PyTorch", "torch"), "tensorflow": ("TensorFlow", "tensorflow", "tensorflow-cpu"),
               "dali": ("DALI", "nvidia-dali-cuda120", "nvidia-dali-cuda130")}  # key: (name in the report, its distributions)
 MIN_DRIVER = {(12,): "525.60.13", (13,): "580"}  # per CUDA major, for all its minors: docs.nvidia.com/deploy/cuda-compatibility
 GPU_SET_FIX = "Use the GPU set, where PyTorch, TensorFlow and DALI share CUDA 12: `make lab GPU=1` rebuilds .venv with it."
+COLAB_FIX = "Colab's runtime comes with it: Runtime > Disconnect and delete runtime starts a fresh one."  # no .venv on Colab
 Finding = namedtuple("Finding", "level problem fix", defaults=("",))  # level: "ok", "info", "warning" or "error"
 
 
@@ -26,26 +27,6 @@ def _error(exc: BaseException) -> str:
 
 def _version(text, parts: int = 2) -> tuple[int, ...]:
     return tuple(int(number) for number in re.findall(r"\d+", str(text))[:parts])
-
-
-def probe_driver() -> dict:
-    """The NVIDIA driver, the newest CUDA it supports and its GPUs, read through NVML (nvidia-ml-py)."""
-    facts = {"found": False, "version": None, "cuda": None, "gpus": [], "error": None}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # 12040 is CUDA 12.4
-        facts.update(found=True, version=pynvml.nvmlSystemGetDriverVersion(), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}")
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
-        facts["gpus"] = [{"index": index, "name": pynvml.nvmlDeviceGetName(handle),
-                          "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
-                          "compute_capability": "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                          "uuid": pynvml.nvmlDeviceGetUUID(handle)} for index, handle in enumerate(handles)]
-        pynvml.nvmlShutdown()
-    except Exception as exc:  # ImportError without nvidia-ml-py, NVMLError without a driver
-        facts["error"] = "nvidia-ml-py is not installed: " * isinstance(exc, ImportError) + _error(exc)
-    return facts
 
 
 def probe_framework(key: str) -> dict:
@@ -98,7 +79,8 @@ def probe_nvidia_packages() -> dict:
 
 def collect() -> dict:
     facts = {"gpucourse": __version__, "python": platform.python_version(), "platform": platform.platform(),
-             "colab": "google.colab" in sys.modules, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+             "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ,  # the latter in `!python -m ...` too
+             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "course_set": course_set()}
     probes = {"driver": probe_driver, "nvidia": probe_nvidia_packages}
     for name in ("driver", *FRAMEWORKS, "nvidia"):
@@ -116,7 +98,8 @@ def diagnose(facts: dict) -> list[Finding]:
     def add(level: str, problem: str, fix: str = "") -> None:
         findings.append(Finding(level, problem, fix))
 
-    driver, nvidia = facts.get("driver") or {}, facts.get("nvidia") or {}
+    driver, nvidia, colab = facts.get("driver") or {}, facts.get("nvidia") or {}, bool(facts.get("colab"))
+    as_shipped = " This is Colab's runtime as Google ships it (its PyTorch runs with it): nothing to fix here." * colab
     gpus = len(driver.get("gpus") or [])
     if not driver.get("found"):
         add("info", f"No NVIDIA driver ({driver.get('error') or 'NVML did not start'}): the course runs on the CPU; TensorFlow's "
@@ -131,7 +114,8 @@ def diagnose(facts: dict) -> list[Finding]:
     for key, (label, distribution, *_) in FRAMEWORKS.items():
         info = facts.get(key) or {}
         if not info.get("installed"):
-            add("info", f"{label} is not installed: its cells are skipped.", "`make lab` installs the course environment.")
+            add("info", f"{label} is not installed: its cells are skipped.", "`make lab` installs the course environment."
+                if not colab else "Lesson 05's set-up cell installs it." if key == "dali" else COLAB_FIX)
         elif info.get("error"):
             add("error", f"{label} fails to import: {info['error']}",
                 f"Reinstall it: `pip install --force-reinstall {distribution}=={info.get('version')}`.")
@@ -141,13 +125,14 @@ def diagnose(facts: dict) -> list[Finding]:
     majors = {m: [name for name, k in sorted(packages.items()) if k == m] for m in sorted(set(packages.values()) - {None})}
     if len(majors) > 1:
         listed = "; ".join(f"CUDA {major}: {', '.join(names)}" for major, names in majors.items())
-        add("warning" if gpus else "info", f"Libraries of two CUDA majors are installed side by side ({listed}): a process that "
-            "loads both can get the wrong cuBLAS, cuDNN or NCCL" + ("." if gpus else " (harmless without a GPU)."),
-            GPU_SET_FIX if gpus else "")
+        add("warning" if gpus and not colab else "info", f"Libraries of two CUDA majors are installed side by side ({listed}): "
+            "a process that loads both can get the wrong cuBLAS, cuDNN or NCCL" + ("." if gpus else " (harmless without a GPU).")
+            + as_shipped, GPU_SET_FIX if gpus and not colab else "")
     if clashes := nvidia.get("clashes"):
         path, owners = sorted(clashes.items())[0]
-        add("error", f"{len(clashes)} library file(s) belong to two packages, e.g. {path} ({' and '.join(owners)}): the one "
-            "installed last overwrote the other's.", "Start afresh with one set: `rm -rf .venv && make lab`.")
+        add("info" if colab else "error", f"{len(clashes)} library file(s) belong to two packages, e.g. {path} ("
+            f"{' and '.join(owners)}): the one installed last overwrote the other's.{as_shipped}",
+            "" if colab else "Start afresh with one set: `rm -rf .venv && make lab`.")
     if not gpus or hidden:
         return findings
     # does the driver run each framework's CUDA build, and does each framework see the GPUs?
@@ -179,7 +164,7 @@ def diagnose(facts: dict) -> list[Finding]:
             libraries = "installed, so read `nvidia-smi`" if "nvidia-cudnn-cu12" in majors.get(12, []) else "missing"
             add("error", f"TensorFlow {tf.get('version')} sees no GPU: " + (f"its CUDA libraries (nvidia-cudnn-cu12 and the "
                 f"other CUDA 12 wheels) are {libraries}." if tf.get("is_cuda_build") else "it is a CPU-only build."),
-                GPU_SET_FIX if 13 in majors or str(torch_.get("cuda")).startswith("13")
+                COLAB_FIX if colab else GPU_SET_FIX if 13 in majors or str(torch_.get("cuda")).startswith("13")
                 else f"`pip install 'tensorflow[and-cuda]=={tf.get('version')}'` adds them (Linux, WSL2).")
     return findings
 

@@ -1,6 +1,7 @@
 """Run ``torchrun`` from a notebook: each rank's output, a clear message when a rank fails, and a timeout (a hang
 otherwise waits for the backend's: NCCL 10 minutes, gloo 30) after which no process it started is left."""
 
+import contextlib
 import os
 import re
 import shlex
@@ -14,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_GRACE = 10.0  # seconds the agents get to stop their workers (torchrun SIGKILLs a stuck one after 5) before we kill them
+_GRACE = 10.0  # seconds the agents get to stop their workers before we kill them all (torch 2.14 SIGKILLs a stuck one
+# after TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5; torch 2.11 has no such setting and waits 30 s)
 
 
 @dataclass
@@ -39,6 +41,15 @@ class LaunchError(RuntimeError):
         self.result = result
 
 
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux; elsewhere none)."""
+    found = []
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += map(int, path.read_text().split())
+    return found
+
+
 def _check(script, nproc_per_node, nnodes, timeout) -> Path:
     path = Path(script)
     if not path.is_file():
@@ -54,6 +65,10 @@ def _check(script, nproc_per_node, nnodes, timeout) -> Path:
     return path
 
 
+_CAUSES = {1: "an uncaught exception, or sys.exit with a message", 2: "a command-line usage error (an unknown option or a "
+           "bad argument)", -9: "SIGKILL: out of memory, or killed from outside", -11: "SIGSEGV: a crash in native code"}
+
+
 def _why(result: LaunchResult, timeout: float) -> str:
     if result.timed_out:
         return (f"{result.command} did not finish within {timeout:g} s; all its processes were stopped. A timeout too short, or "
@@ -62,11 +77,14 @@ def _why(result: LaunchResult, timeout: float) -> str:
     root = report[next((i for i, t in enumerate(report) if "Root Cause" in t), 0):]
     rank = next((int(m[1]) for t in root if (m := re.match(r"\s*rank\s*:\s*(\d+)", t))), None)
     code = next((int(m[1]) for t in root if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", t))), result.returncode)
-    how = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
-    if rank is None:
+    how = (f"exit code {code}" if code >= 0 else f"killed by signal {-code}") + (f": {c}" if (c := _CAUSES.get(code)) else "")
+    if rank is None:  # e.g. torchrun rejected its own arguments
         return "\n".join([f"{result.command} failed ({how}) before any rank reported an error:", *report[-20:]])
+    # torchrun's own lines before its traceback and report: where a rank's output goes when it is not prefixed [rankN]
+    own = report[:next((i for i, t in enumerate(report) if t.startswith("Traceback (most") or re.fullmatch("=+", t)), None)]
+    last = result.output(rank)[-15:] or [f"(rank {rank} printed nothing; torchrun's last lines before its report:)", *own[-15:]]
     return "\n".join([f"rank {rank} failed first ({how}); torchrun stopped the others: {result.command}",
-                      f"Last lines of rank {rank}:", *(f"    {t}" for t in result.output(rank)[-15:])])
+                      f"Last lines of rank {rank}:", *(f"    {t}" for t in last)])
 
 
 def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: float = 120, stream: bool = True) -> LaunchResult:
@@ -74,14 +92,15 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: f
     ``nnodes > 1``: that many local agents meet at a c10d rendezvous on 127.0.0.1."""
     def follow(index: int, agent: subprocess.Popen) -> None:  # one thread per agent sorts its lines by source
         for text in agent.stdout:
-            match = re.match(r"\[rank(\d+)\]: ?(.*)$", text.rstrip("\n"))  # as --log-line-prefix-template writes
+            match = re.match(r"\[rank(\d+)\]: ?(.*)$", text.rstrip("\n"))  # the prefix the template asks for
             result.lines.append((f"rank{match[1]}", match[2]) if match else (f"agent{index}", text.rstrip("\n")))
             if stream and match:
                 print(match[0], flush=True)
 
     script = _check(script, nproc_per_node, nnodes, timeout)
     threads = str(max(1, (os.cpu_count() or 1) // (nproc_per_node * nnodes)))  # each process's share of the cores
-    env = {"OMP_NUM_THREADS": threads, **os.environ, "PYTHONUNBUFFERED": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"}
+    env = {"OMP_NUM_THREADS": threads, **os.environ, "PYTHONUNBUFFERED": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5",
+           "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}  # not the option: torch 2.11's torchrun has none
     options = ["--standalone", f"--nproc-per-node={nproc_per_node}"]
     if nnodes > 1:
         with socket.socket() as s:
@@ -95,8 +114,8 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: f
         try:
             for i in range(nnodes):
                 agents.append(subprocess.Popen(
-                    [sys.executable, "-m", "torch.distributed.run", *options, "--tee=3", f"--log-dir={logs}/{i}",
-                     "--log-line-prefix-template=[rank${rank}]: ", *program], env=env, stdin=subprocess.DEVNULL,
+                    [sys.executable, "-m", "torch.distributed.run", *options, "--tee=3", f"--log-dir={logs}/{i}", *program],
+                    env=env, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True))
                 readers.append(threading.Thread(target=follow, args=(i, agents[i]), daemon=True))
                 readers[i].start()
@@ -109,8 +128,10 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: f
             deadline = time.monotonic() + _GRACE
             while time.monotonic() < deadline and any(a.poll() is None for a in agents):
                 time.sleep(0.05)
-            for agent in [a for a in agents if a.poll() is None]:
-                os.killpg(agent.pid, signal.SIGKILL)  # the agent's group; its workers have their own, stopped by it
+            for agent in [a for a in agents if a.poll() is None]:  # its workers, each in a session of its own, and its group
+                for group in [*_children(agent.pid), agent.pid]:
+                    with contextlib.suppress(OSError):
+                        os.killpg(group, signal.SIGKILL)
             for reader in readers:
                 reader.join(timeout=_GRACE)  # the rest of each agent's output
             result.seconds = time.monotonic() - started
