@@ -32,7 +32,8 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute, OverwriteCells
 from nbgrader.preprocessors import SaveAutoGrades as _SaveAutoGrades
 from traitlets import Bool, Integer
 
@@ -227,6 +228,62 @@ class GradingExecute(Execute):
             self._slowest = max(self._slowest, (time.monotonic() - started, cell_name(cell, index)))
 
 
+def restore_position(released: list, cells: list, grade_id: str) -> int:
+    """Where the released notebook's cell ``grade_id`` goes back into ``cells``: right after the nearest cell before
+    it in ``released`` that ``cells`` still holds (the same cell id, grade id or source), else first."""
+    def key(cell) -> str | None:
+        return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+    def matches(before) -> list[list[int]]:  # by cell id, by grade id, by source: the first that finds it wins
+        return [[i for i, c in enumerate(cells) if before.get("id") and c.get("id") == before.get("id")],
+                [i for i, c in enumerate(cells) if key(before) and key(c) == key(before)],
+                [i for i, c in enumerate(cells) if before.source.strip() and c.cell_type == before.cell_type
+                 and c.source == before.source]]
+
+    at = [key(cell) for cell in released].index(grade_id)
+    for before in reversed(released[:at]):
+        found = next((found for found in matches(before) if found), None)
+        if found:
+            return found[-1] + 1
+    return 0
+
+
+class RestoreCells(OverwriteCells):
+    """nbgrader's OverwriteCells; a deleted grade cell comes back where it was in the released notebook.
+
+    nbgrader puts it after the nearest nbgrader cell before it, so a test cell would land above an ungraded cell
+    it needs (a %%writefile cell between the answer and its test): the right answer would lose its points.
+    """
+
+    def add_missing_grade_cells(self, nb, resources):
+        from nbgrader.coursedir import CourseDirectory
+
+        coursedir, assignment = CourseDirectory(config=self.config), resources["nbgrader"]["assignment"]
+        paths = [Path(coursedir.format_path(folder, ".", assignment)) / f"{resources['nbgrader']['notebook']}.ipynb"
+                 for folder in (coursedir.release_directory, coursedir.source_directory)]
+        released = next((path for path in paths if path.exists()), None)
+        if released is not None:
+            import nbformat
+
+            released = nbformat.read(released, as_version=4).cells
+            source = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+            cells = {cell.name: cell for cell in source.source_cells}
+            solutions = {cell.name for cell in source.solution_cells}
+            order = [cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") for cell in released]
+            for grade in sorted(source.grade_cells, key=lambda g: order.index(g.name) if g.name in order else len(order)):
+                present = {cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") for cell in nb.cells}
+                if grade.name in present or grade.name not in order:
+                    continue
+                self.log.warning("Missing grade cell %s encountered, adding it back where it was", grade.name)
+                cell = nbformat.from_dict(self.missing_cell_transform(cells[grade.name], grade.max_score,
+                                                                      is_solution=grade.name in solutions))
+                cell_id = released[order.index(grade.name)].get("id")
+                if cell_id and cell_id not in {c.get("id") for c in nb.cells}:
+                    cell["id"] = cell_id
+                nb.cells.insert(restore_position(released, nb.cells, grade.name), cell)
+        return super().add_missing_grade_cells(nb, resources)  # what is still missing: nbgrader's own placement
+
+
 class SaveAutoGrades(_SaveAutoGrades):
     """nbgrader's SaveAutoGrades; an answer cell that timed out or killed the kernel gets that as its comment."""
 
@@ -297,6 +354,8 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = [GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                            SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back from the source, hidden tests too
+    c.Autograde.sanitize_preprocessors = [  # nbgrader's, with RestoreCells for OverwriteCells
+        RestoreCells if pp is OverwriteCells else pp for pp in Autograde.class_traits()["sanitize_preprocessors"].default()]
     c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]  # nbgrader's + ours
 
 
