@@ -3,8 +3,10 @@
 - notebooks/ is exactly what nbgrader generates from solutions/ (checked in the
   scratch course the autograde run generates anyway);
 - autograde: the solutions score full marks, the untouched student notebook
-  scores zero without crashing the grader, and every wrong-answer fixture
-  loses exactly the points of the test cells of the answers it gets wrong;
+  scores zero without crashing the grader, the solution with every test cell
+  deleted keeps full marks (they come back where they were), and every
+  wrong-answer fixture loses exactly the points of the test cells of the
+  answers it gets wrong;
 - no cell of a solution raises a DeprecationWarning or FutureWarning.
 
 `nbgrader validate` (the learner's Validate button) is run by alice in
@@ -20,6 +22,7 @@ import filecmp
 
 import coursekit as ck
 import pytest
+from test_deleted_cells import deleted_tests_submission, restored_after
 
 LESSONS = ck.lessons()
 
@@ -56,6 +59,8 @@ def _submission(lesson: str, name: str):
     answers = ck.solution_answers(lesson)
     if name == "solution":
         return ck.submission_from(student, answers), set()
+    if name == "deleted_tests":  # every test cell deleted: they come back where they were (test_deleted_cells.py)
+        return deleted_tests_submission(lesson), set()
     (fixture,) = [f for f in ck.fixtures(lesson) if f.name == name]
     return ck.submission_from(student, {**answers, **fixture.answers}), set(fixture.answers)
 
@@ -72,7 +77,7 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
     course = ck.scratch_course(tmp_path, [lesson])
     _check_generated(course, lesson)
-    names = ["solution", "untouched", *(f.name for f in ck.fixtures(lesson))]
+    names = ["solution", "untouched", "deleted_tests", *(f.name for f in ck.fixtures(lesson))]
     submitted = {}
     for name in names:
         nb, wrong = _submission(lesson, name)
@@ -82,6 +87,9 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     result = ck.nbgrader(course, "autograde", lesson, "--force")
     assert result.returncode == 0, result.stdout + result.stderr
     problems = ck.autograde_problems(course, lesson, submitted)
+    graded = ck.read(course / "autograded" / "deleted_tests" / lesson / ck.solution_path(lesson).name)
+    released = ck.read(ck.student_path(lesson))
+    problems += [f"deleted_tests: {cell} came back in the wrong place" for cell in restored_after(graded, released)]
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
     warning = ck.cell_warning(course / "autograded" / "solution" / lesson / ck.solution_path(lesson).name)
     assert not warning, f"a solution cell warns: {warning}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import coursekit as ck
 import nbformat
@@ -128,3 +129,23 @@ def test_readme_table_lists_every_lesson():
 def test_readme_starts_with_the_two_commands():
     head = README[: README.find("## ", README.find("## ") + 1)]
     assert "make lab" in head and "make test" in head
+
+
+# A tracker number (the word "issue" and a number, or a hash and a number) or a reference to expert reads of the
+# course is project-internal: a learner or a user cannot follow it.
+INTERNAL = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w/&])#\d+(?![\w;])|\breview(s|ed|er|ers)?\b", re.I)
+
+
+def test_no_text_mentions_issue_numbers_or_reviews():
+    root = ck.ROOT
+    texts = [*root.glob("solutions/*/*.ipynb"), *root.glob("notebooks/*/*.ipynb"), root / "README.md",
+             root / "CONTRIBUTING.md", *root.glob("utils/gpucourse/*.py"), *root.glob("tools/*.py"),
+             *root.glob("tests/*.py"), *root.glob("tests/fixtures/*/*.py")]
+    texts.remove(Path(__file__))  # the pattern above
+    found = []
+    for path in texts:
+        text = path.read_text()
+        if path.suffix == ".ipynb":
+            text = "\n".join(cell.source for cell in nbformat.reads(text, as_version=4).cells)
+        found += [f"{path.relative_to(root)}: ...{text[max(0, m.start() - 40):m.end() + 20]!r}" for m in INTERNAL.finditer(text)]
+    assert not found, "internal references in text learners and users read:\n" + "\n".join(found)
