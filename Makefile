@@ -45,7 +45,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: lab test test-fast test-gpu doctor notebooks pins grade report lint clean help FORCE
+.PHONY: lab test test-fast test-gpu doctor notebooks pins grade report lint clean help colab-set FORCE
 
 help:
 	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
@@ -58,7 +58,8 @@ help:
 	@echo "                for a GPU machine without internet: make test-gpu ENV=system WHEELHOUSE=dir there"
 	@echo "make doctor     the environment report (paste it into bug reports)"
 	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
-	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml"
+	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml,"
+	@echo "                colab/requirements.txt and colab/constraints.txt from colab/pip-freeze.gpu.txt"
 	@echo "make grade LESSON=NN_topic  collect and autograde a class in the sandbox, a table of scores (README, instructors)"
 	@echo "make report LESSON=NN_topic after grading: reports/NN_topic.html (scores, failures per test cell) and .csv"
 	@echo "The set .venv holds: the GPU set where nvidia-smi lists an NVIDIA GPU, else the CPU set; GPU=1 or GPU=0 decides."
@@ -86,10 +87,17 @@ endif
 lab: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(NOTEBOOK_DIR) $(ROOT_FLAG)
 
+# The Colab set (CONTRIBUTING): Colab's versions in $(COLAB_VENV), built when colab/requirements.txt changes (several
+# GB, about 3 minutes the first time), gpucourse put there by the lessons' own set-up cells on a stand-in Colab, from
+# this checkout's last commit. `make test` runs every lesson in it too (tests/test_colab_set.py).
+COLAB_VENV ?= .venv-colab
+colab-set: $(STAMP)
+	$(BIN)/python tools/colab_set.py --venv $(COLAB_VENV)
+
 # The JOBS workers run side by side on as many cores: each (and each notebook kernel it starts) uses one
 # thread, or PyTorch's default of one thread per core oversubscribes the machine (2-6x slower on 2 cores).
-test: $(STAMP)
-	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
+test: $(STAMP) colab-set
+	GPUCOURSE_COLAB_VENV=$(abspath $(COLAB_VENV)) OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests

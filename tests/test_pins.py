@@ -1,6 +1,7 @@
 """The course environment is pinned in one place; everything else derives from it."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,90 @@ def test_the_gpu_set_names_one_cuda_major():
     assert len(set(named.values())) == 1, f"the GPU set mixes CUDA majors: {named}"
 
 
+def test_the_gpu_set_names_a_torch_build_pytorch_publishes():
+    """docs/pytorch-cuda-builds.toml lists the CUDA builds of each release; the GPU set's torch, torchvision and index
+    must be one of them (PyTorch's index is not reachable from CI, so this table is what the pins are checked against)."""
+    assert sync_pins.unpublished(sync_pins.gpu_pins(), sync_pins.gpu_index()) == []
+
+
+@pytest.mark.parametrize(("pins", "index", "says"), [
+    (["torch==2.14.1+cu128", "torchvision==0.29.1+cu128"], "https://download.pytorch.org/whl/cu128",
+     "PyTorch publishes no cu128 build of torch 2.14.1"),
+    (["torch==2.11.0+cu128", "torchvision==0.29.1+cu128"], "https://download.pytorch.org/whl/cu128",
+     "torchvision 0.29.1+cu128 is not the 0.26.x cu128 build"),
+    (["torch==2.11.0+cu128", "torchvision==0.26.0+cu128"], "https://download.pytorch.org/whl/cu126",
+     "is not PyTorch's cu128 index"),
+    (["torch==2.9.1+cu128", "torchvision==0.24.1+cu128"], "https://download.pytorch.org/whl/cu128",
+     "torch 2.9.1 is not in docs/pytorch-cuda-builds.toml"),
+    (["torch==2.11.0", "torchvision==0.26.0"], "https://download.pytorch.org/whl/cu128", "pins no CUDA build of torch"),
+])
+def test_a_build_pytorch_does_not_publish_is_named(pins, index, says):
+    assert any(says in problem for problem in sync_pins.unpublished(pins, index)), sync_pins.unpublished(pins, index)
+
+
+def test_the_builds_table_gives_each_build_its_architectures_and_sources():
+    text = (ck.ROOT / sync_pins.BUILDS).read_text()
+    assert "RELEASE.md" in text and "pytorch/pytorch#175253" in text, "the table names where it was read"
+    for release, facts in sync_pins.published_builds().items():
+        assert facts["pypi"] in facts["builds"] and facts["torchvision"].startswith("0."), release
+        for build, about in facts["builds"].items():
+            assert about["cuda"].startswith(f"{build[2:4]}.{build[4]}") and about["architectures"], (release, build)
+
+
+def test_the_gpu_set_is_colabs_versions_of_what_the_lessons_import():
+    """One set of versions: the GPU set pins Colab's torch (with Colab's CUDA build), TensorFlow, Keras, numpy, ...,
+    which the Colab set runs every lesson on in `make test`. A refreshed freeze that moves one fails here: choose the
+    GPU set again (CONTRIBUTING, "The two sets")."""
+    colab = sync_pins.freeze()
+    gpu = {sync_pins.package_name(pin): pin.split(";")[0].split("==", 1)[1].strip() for pin in sync_pins.gpu_pins()}
+    for name in sync_pins.LESSON_LIBRARIES:
+        assert gpu.get(name) == colab[sync_pins.normalized(name)], \
+            f"the GPU set pins {name} {gpu.get(name)}, Colab's runtime has {colab[sync_pins.normalized(name)]}"
+
+
+def test_the_colab_set_is_the_freezes_versions():
+    colab, course = sync_pins.freeze(), {sync_pins.package_name(pin): pin for pin in sync_pins.course_pins()}
+    pins = sync_pins.colab_pins()
+    for name in sync_pins.LESSON_LIBRARIES + sync_pins.COLAB_KERNEL:
+        assert f"{name}=={sync_pins.public(colab[sync_pins.normalized(name)])}" in pins
+    for name in sync_pins.COLAB_FROM_COURSE:
+        assert sync_pins.normalized(name) not in colab and course[name] in pins
+    constraints = sync_pins.colab_constraints()
+    assert "jupyter-core==" + colab["jupyter-core"] in constraints and "tornado==" + colab["tornado"] in constraints
+    assert not [c for c in constraints if c.startswith(("nvidia-cudnn", "nvidia-nccl", "cuda-"))], \
+        "PyTorch's CUDA libraries are PyPI torch's own, not Colab's"
+
+
+def test_the_freeze_says_where_and_when_it_was_taken():
+    source, date = sync_pins.freeze_source()
+    assert "googlecolab/backend-info" in source and re.fullmatch(r"20\d\d-\d\d-\d\d", date)
+    readme = (ck.ROOT / "README.md").read_text()
+    assert date in readme, f"the README names the date of Colab's freeze the course is tested with ({date})"
+
+
+def test_the_readme_names_the_oldest_and_newest_versions_tested_and_the_gpu_sets_build():
+    readme, colab = (ck.ROOT / "README.md").read_text(), sync_pins.freeze()
+    oldest = " | ".join(sync_pins.public(colab[name]) for name in ("torch", "tensorflow", "keras", "ipython"))
+    assert f"| {oldest} (ipykernel {colab['ipykernel']})" in readme, f"README's Tested-with row for Colab: {oldest}"
+    course = {sync_pins.package_name(p): p.split(";")[0].split("==")[1] for p in sync_pins.course_pins()}
+    assert f"| {course['torch']} | {course['tensorflow']} |" in readme, "README's Tested-with row for the CPU set"
+    torch = next(p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) == "torch").split("==")[1]
+    assert f"PyTorch {torch}" in readme, f"the README names the GPU set's build, PyTorch {torch}"
+
+
+def test_a_changed_freeze_changes_the_colab_requirements(tmp_path):
+    (tmp_path / "colab").mkdir()
+    (tmp_path / "pyproject.toml").write_text((ck.ROOT / "pyproject.toml").read_text())
+    freeze = (ck.ROOT / sync_pins.FREEZE).read_text().replace("\nkeras==3.13.2\n", "\nkeras==3.99.0\n")
+    (tmp_path / sync_pins.FREEZE).write_text(freeze.replace("(2026-08-19,", "(2027-01-02,"))
+    outputs = sync_pins.outputs(tmp_path)
+    assert "\nkeras==3.99.0\n" in outputs[tmp_path / "colab" / "requirements.txt"]
+    assert "2027-01-02" in outputs[tmp_path / "colab" / "constraints.txt"]
+    (tmp_path / sync_pins.FREEZE).write_text(freeze.replace("\ntraitlets==", "\nnot-traitlets=="))
+    with pytest.raises(ValueError, match="lists no traitlets"):
+        sync_pins.outputs(tmp_path)
+
+
 def test_cuda_major_reads_the_names_nvidia_and_pytorch_use():
     assert sync_pins.cuda_major("nvidia-cudnn-cu12") == 12 and sync_pins.cuda_major("nvidia_nccl_cu13") == 13
     assert sync_pins.cuda_major("nvidia-dali-cuda120") == 12 and sync_pins.cuda_major("nvidia-dali-cuda130") == 13
@@ -101,6 +186,8 @@ def test_a_changed_pin_changes_the_derived_files(tmp_path):
     pyproject = (ck.ROOT / "pyproject.toml").read_text()
     pin = next(p for p in PROJECT["optional-dependencies"]["course"] if p.startswith("tqdm=="))
     (tmp_path / "pyproject.toml").write_text(pyproject.replace(pin, "tqdm==0.0.0"))
+    (tmp_path / "colab").mkdir()
+    (tmp_path / sync_pins.FREEZE).write_text((ck.ROOT / sync_pins.FREEZE).read_text())
     outputs = sync_pins.outputs(tmp_path)
     assert '"tqdm==0.0.0"' in outputs[tmp_path / "environment.yml"]
     assert "tqdm==0.0.0" in outputs[tmp_path / "binder" / "requirements.txt"]
