@@ -70,16 +70,52 @@ def _python_dirs(python: str) -> list[str]:
     return [d for d in dirs if not any(d.startswith(other + os.sep) for other in dirs if other != d)]
 
 
+def gpu_passthrough(dev: str = "/dev", ldconfig: str | None = None, environ=os.environ) -> tuple[list[str], list[str]]:
+    """What a sandboxed kernel needs to use the GPUs: their device files (``/dev/nvidia*``, WSL2's ``/dev/dxg``),
+    and the folders of the NVIDIA driver's libraries (``ldconfig -p``) and of LD_LIBRARY_PATH that the sandbox does
+    not show already (it shows /usr, /opt, /etc, /bin and /lib*): a cluster's or NixOS's driver, a site CUDA."""
+    devices = sorted(glob.glob(os.path.join(dev, "nvidia*")) + glob.glob(os.path.join(dev, "dxg")))
+    if not devices:
+        return [], []
+    if ldconfig is None:
+        try:
+            ldconfig = subprocess.run([shutil.which("ldconfig") or "/sbin/ldconfig", "-p"], capture_output=True,
+                                      text=True).stdout
+        except OSError:
+            ldconfig = ""
+    found = [path.strip() for name, _, path in (line.partition("=>") for line in ldconfig.splitlines())
+             if name.strip().startswith(("libcuda.so", "libnvidia-ml.so")) and path.strip()]
+    folders = {os.path.dirname(p) for p in found} | {os.path.dirname(os.path.realpath(p)) for p in found}
+    folders |= {d for d in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d}
+    shown = ("/usr", "/opt", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+    return devices, sorted(d for d in folders if os.path.isdir(d) and not any((d + "/").startswith(s + "/") for s in shown))
+
+
+def stderr_kept_visible(cell):
+    """A graded cell fails by raising, never by writing to stderr: its stderr moves to stdout, in the feedback still.
+
+    nbgrader fails a test cell with any stderr output (``nbgrader.utils.has_failed``), so one line a library logs
+    or warns (more of them on a GPU) would zero a right answer. A cell with an error output keeps its outputs.
+    """
+    outputs = cell.get("outputs", []) if cell.get("cell_type") == "code" else []
+    if cell.get("metadata", {}).get("nbgrader", {}).get("grade") and not any(
+            o.get("output_type") == "error" for o in outputs):
+        for output in outputs:
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                output.name = "stdout"
+    return cell
+
+
 def sandbox_command(cmd: list[str], *, workdir: str, runtime: str, memory: int, cpu_seconds: int,
                     python_dirs: list[str], devices: list[str], environ: dict, course: str | None = None,
-                    tool: str = TOOL) -> list[str]:
+                    tool: str = TOOL, libraries: list[str] = ()) -> list[str]:
     """``cmd`` (a kernel's command line) run by ``tool`` (bubblewrap) in a sandbox, under prlimit's limits.
 
-    Visible: the system read-only, ``python_dirs`` read-only, ``workdir`` and ``runtime`` (the kernel's
-    connection file and sockets) writable, ``devices`` (the GPUs'), a private /tmp holding $HOME. A Python folder
-    that holds the course itself is refused: it would show the solutions.
+    Visible: the system read-only, ``python_dirs`` and ``libraries`` read-only, ``workdir`` and ``runtime`` (the
+    kernel's connection file and sockets) writable, ``devices`` (the GPUs'), a private /tmp holding $HOME. A Python
+    or library folder that holds the course itself is refused: it would show the solutions.
     """
-    for d in python_dirs:
+    for d in [*python_dirs, *libraries]:
         if course and (course + os.sep).startswith(d.rstrip(os.sep) + os.sep):
             raise RuntimeError(f"the Python environment imports from {d}, which holds the course {course}: "
                                "the sandbox would show the solutions; install the course's Python elsewhere")
@@ -92,7 +128,7 @@ def sandbox_command(cmd: list[str], *, workdir: str, runtime: str, memory: int, 
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    for d in python_dirs:
+    for d in [*python_dirs, *libraries]:
         args += ["--ro-bind", d, d]
     for device in devices:
         args += ["--dev-bind", device, device]
@@ -145,9 +181,9 @@ class GradingExecute(Execute):
         problem = sandbox_problem()
         if problem:
             raise RuntimeError(f"autograde refuses to run: {problem}. {WHY}")
-        devices = sorted(glob.glob("/dev/nvidia*"))
+        devices, libraries = gpu_passthrough()
         return {"memory": 0 if devices else self.memory_limit, "cpu_seconds": self.cpu_limit, "devices": devices,
-                "python_dirs": _python_dirs(sys.executable), "course": course}
+                "libraries": libraries, "python_dirs": _python_dirs(sys.executable), "course": course}
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
@@ -177,6 +213,8 @@ class GradingExecute(Execute):
                 if len(killers) > self.kernel_deaths:
                     self._not_run(f"the kernel died {len(killers)} times")
                     break
+        for cell in self.nb.cells:
+            stderr_kept_visible(cell)
         seconds, name = self._slowest
         log = self.log.warning if self.timeout and seconds > self.timeout / 2 else self.log.info
         log("ran in %.0f s; the slowest cell, %s, took %.1f s (timeout %s s)", time.monotonic() - started, name,
