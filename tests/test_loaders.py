@@ -136,6 +136,25 @@ def test_lesson_03_plots_the_split_it_measured():
     matplotlib.pyplot.close("all")
 
 
+def test_lesson_03_rows_hand_the_step_one_layout(root):
+    """Lesson 03 compares loaders with one training step, so every row's batches must share one memory layout,
+    contiguous channels-first as `default_collate` stacks them: the decoded shapes, the DataLoader's batches, and
+    tf.data's channels-last batches through the lesson's own `from_tf`."""
+    import numpy as np
+
+    cell = next(c for c in ck.read(ck.solution_path("03_batching_pipelines")).cells if c.source.startswith("def from_tf("))
+    lesson = {"torch": torch}
+    exec(cell.source, lesson)
+    tf_batch = (SimpleNamespace(numpy=lambda: np.random.rand(4, 16, 16, 3).astype(np.float32)),
+                SimpleNamespace(numpy=lambda: np.arange(4, dtype=np.int32)))
+    from_tf_images, from_tf_labels = lesson["from_tf"](tf_batch)
+    loader_images, _ = next(iter(torch.utils.data.DataLoader(loaders.jpeg_dataset(root), batch_size=4)))
+    decoded_images, _ = gpucourse.shapes_dataset(4, image_size=16)[:]
+    for row, images in {"DataLoader": loader_images, "decoded": decoded_images, "from_tf": from_tf_images}.items():
+        assert images.shape == (4, 3, 16, 16) and images.stride() == (3 * 16 * 16, 16 * 16, 16, 1), f"{row}: {images.stride()}"
+    assert from_tf_labels.dtype == torch.int64
+
+
 SPAWNED = """
 import torch
 from gpucourse import loaders
