@@ -2,14 +2,21 @@
 
 Every test here is marked `gpu`: CPU runs deselect them (`-m "not gpu"`) and
 `make test-gpu` runs them with GPUCOURSE_REQUIRE_GPU=1, where a machine
-without a usable GPU is an error, never a skip.
+without a usable GPU is an error, never a skip. The `autograde` ones are its
+grading run: every lesson's solution, untouched notebook and wrong-answer
+fixtures autograded on the GPU, in the sandbox where bubblewrap can make one,
+held to the scores `tests/test_grading.py` expects on a CPU.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import subprocess
+import sys
 
+import coursekit as ck
 import pytest
 import torch
 from torch import nn
@@ -176,3 +183,40 @@ def test_bench_card_on_the_gpu(cuda):
             assert 0 < row["ratio"] <= 1.05, f"{row['what']}: above the card's peak: the table or the timing is wrong"
     if card["known_as"] is None:
         assert all(row["ratio"] is None for row in rows.values())
+
+
+# ---- grading on the GPU ------------------------------------------------------------------------------------------
+def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
+    """A kernel in the grading sandbox (tools/grade.py, GPUs and driver libraries bound) sees the same GPU."""
+    sys.path.insert(0, str(ck.ROOT / "tools"))
+    import grade  # tools/grade.py
+
+    problem = grade.sandbox_problem()
+    if problem:
+        pytest.skip(f"grading on the GPU ran without the sandbox: {problem}")
+    devices, libraries = grade.gpu_passthrough()
+    command = grade.sandbox_command(
+        [sys.executable, "-c", "import torch; print(torch.cuda.is_available(), torch.cuda.get_device_name())"],
+        workdir=str(tmp_path), runtime=str(tmp_path), memory=0, cpu_seconds=300, devices=devices, libraries=libraries,
+        python_dirs=grade._python_dirs(sys.executable), environ=dict(os.environ))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split(maxsplit=1) == ["True", torch.cuda.get_device_name(cuda) + "\n"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("lesson", ck.lessons())
+def test_autograde_on_the_gpu(cuda, lesson, tmp_path, monkeypatch):
+    """The solution scores full marks, the untouched notebook zero, each fixture loses exactly its cells' points."""
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")  # a kernel that cannot see the GPU fails its set-up cell
+    monkeypatch.delenv("GPUCOURSE_CLAIMS", raising=False)
+    course = ck.scratch_course(tmp_path, [lesson])
+    student, answers = ck.read(ck.student_path(lesson)), ck.solution_answers(lesson)
+    submitted = {}
+    for name, nb, wrong in [("solution", ck.submission_from(student, answers), set()), ("untouched", student, None),
+                            *[(f.name, ck.submission_from(student, {**answers, **f.answers}), set(f.answers))
+                              for f in ck.fixtures(lesson)]]:
+        path = ck.submit(course, name, lesson, nb)
+        submitted[name] = (path, path.read_bytes(), wrong)
+    result = ck.nbgrader(course, "autograde", lesson, "--force", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    problems = ck.autograde_problems(course, lesson, submitted)
+    assert not problems, f"{lesson} graded on {torch.cuda.get_device_name(cuda)}:\n" + "\n".join(problems)

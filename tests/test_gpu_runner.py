@@ -1,5 +1,7 @@
-"""tools/test_gpu.py (`make test-gpu`) on a CPU: it stops at once without CUDA, and its report never calls
-a part that did not run on the GPU "passed". The GPU path itself runs on a GPU runner."""
+"""tools/test_gpu.py (`make test-gpu`) on a CPU: it stops at once without CUDA; its report never calls a part
+that did not run on the GPU "passed", and a false claim fails its lesson; it adds its packages beside an existing
+PyTorch, offline from a wheelhouse; grading passes the GPU into its sandbox and never zeroes a right answer for a
+warning. The GPU path itself runs on a GPU runner."""
 
 from __future__ import annotations
 
