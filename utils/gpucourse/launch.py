@@ -15,8 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_GRACE = 10.0  # seconds the agents get to stop their workers before we kill them all (torch 2.14 SIGKILLs a stuck one
-# after TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5; torch 2.11 has no such setting and waits 30 s)
+_GRACE = 10.0  # s for the agents to stop their workers, then we kill all (torchrun kills a stuck one after 5 s; torch 2.11: 30)
 
 
 @dataclass
@@ -41,13 +40,10 @@ class LaunchError(RuntimeError):
         self.result = result
 
 
-def _children(pid: int) -> list[int]:
-    """The processes ``pid`` started (Linux; elsewhere none)."""
-    found = []
-    for path in Path(f"/proc/{pid}/task").glob("*/children"):
-        with contextlib.suppress(OSError):
-            found += map(int, path.read_text().split())
-    return found
+def _children(pid: int) -> list[int]:  # the processes pid started (Linux; elsewhere none)
+    with contextlib.suppress(OSError):
+        return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children") for child in path.read_text().split()]
+    return []
 
 
 def _check(script, nproc_per_node, nnodes, timeout) -> Path:
@@ -115,8 +111,8 @@ def torchrun(script, *args, nproc_per_node: int = 2, nnodes: int = 1, timeout: f
             for i in range(nnodes):
                 agents.append(subprocess.Popen(
                     [sys.executable, "-m", "torch.distributed.run", *options, "--tee=3", f"--log-dir={logs}/{i}", *program],
-                    env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True))
+                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                    errors="replace", start_new_session=True))
                 readers.append(threading.Thread(target=follow, args=(i, agents[i]), daemon=True))
                 readers[i].start()
             while None in (codes := [a.poll() for a in agents]) and not any(codes) and time.monotonic() - started < timeout:
