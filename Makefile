@@ -66,7 +66,8 @@ help:
 
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
 # pip cannot take out one CUDA major's libraries cleanly, they share file paths).
-$(STAMP): pyproject.toml
+LAB_OVERRIDES := tools/jupyterlab-overrides.json
+$(STAMP): pyproject.toml $(LAB_OVERRIDES)
 	@if [ -n "$(SWITCH)" ] && [ -e $(VENV)/pyvenv.cfg ]; then rm -rf $(VENV); fi
 	@if [ $(SET) = gpu ] && [ "$$(uname -s)" != Linux ]; then \
 		echo "The GPU set is for Linux and WSL2 (TensorFlow has no GPU build for native Windows or macOS): use GPU=0."; exit 1; fi
@@ -82,6 +83,10 @@ endif
 	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dali-tf"], sep="\n")' > $(VENV)/dali-tf.txt
 	$(BIN)/python -m pip install --quiet --no-build-isolation -r $(VENV)/dali-tf.txt \
 		|| echo "DALI's TensorFlow plugin did not build: lesson 05's TensorFlow cells will skip themselves."
+	@# JupyterLab's defaults in this environment only (its overrides.d; the learner's own settings still win): no
+	@# "get notified about official Jupyter news?" prompt at every first start, no news or update fetching.
+	@mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
+	@cp $(LAB_OVERRIDES) $(VENV)/share/jupyter/lab/settings/overrides.d/gpucourse.json
 	@touch $@
 
 lab: $(STAMP)

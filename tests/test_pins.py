@@ -210,7 +210,8 @@ os.chmod(venv + "/bin/python", 0o755)
 @pytest.fixture
 def checkout(tmp_path):
     """A scratch copy of what the set-up reads, a fake base Python, and a bin/ for a fake nvidia-smi."""
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "tools/jupyterlab-overrides.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text((ck.ROOT / name).read_text())
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "python-fake"
@@ -241,6 +242,8 @@ def test_no_nvidia_gpu_means_the_cpu_set(checkout):
     assert "the cpu set (nvidia-smi lists no NVIDIA GPU here" in result.stdout
     assert installs == ["-m pip install --quiet -e .[course]"]
     assert (checkout / ".venv" / ".gpucourse-set").read_text().strip() == "cpu"
+    overrides = checkout / ".venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "gpucourse.json"
+    assert json.loads(overrides.read_text()) == json.loads((checkout / "tools" / "jupyterlab-overrides.json").read_text())
 
 
 def test_a_gpu_that_nvidia_smi_lists_means_the_gpu_set(checkout):
