@@ -408,7 +408,12 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_command():
 
     download = runner.download_command("/wh", "3.12", "manylinux_2_28_x86_64")
     assert download[1:9] == ["-m", "pip", "download", "--only-binary=:all:", "--dest", "/wh", "--python-version", "3.12"]
-    assert download[9:11] == ["--platform", "manylinux_2_28_x86_64"] and download[11:] == suite
+    assert download[-len(suite):] == suite
+    platforms = download[10:-len(suite):2]
+    assert set(download[9:-len(suite):2]) == {"--platform"}, "pip widens manylinux2014 alone: each older one named"
+    assert platforms[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"] and "manylinux_2_17_x86_64" in platforms
+    assert platforms[-3:] == ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+    assert runner.platforms("win_amd64") == ["win_amd64"]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

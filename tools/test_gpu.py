@@ -545,10 +545,24 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
     return 1 if kept else 0
 
 
+def platforms(platform: str) -> list[str]:
+    """``platform`` and the older ones a machine of that platform runs: pip takes `manylinux_2_28_x86_64` literally
+    (it widens only `manylinux2014_*` and `manylinux2010_*`), while most wheels are `manylinux2014` (glibc 2.17)."""
+    found = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    if not found:
+        return [platform]
+    glibc, arch = int(found.group(1)), found.group(2)
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    return [f"manylinux_2_{minor}_{arch}" for minor in range(glibc, 4, -1)] + [
+        f"{name}_{arch}" for minor, name in legacy.items() if minor <= glibc]
+
+
 def download_command(dest: str, python_version: str | None = None, platform: str | None = None,
                      requirements: list[str] | None = None) -> list[str]:
     """`pip download` of the suite's wheels (and theirs) for a Python version and platform, binary only."""
-    target = (["--python-version", python_version] if python_version else []) + (["--platform", platform] if platform else [])
+    target = ["--python-version", python_version] if python_version else []
+    for name in platforms(platform) if platform else []:
+        target += ["--platform", name]
     return [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest), *target,
             *(suite_requirements() if requirements is None else requirements)]
 
