@@ -248,6 +248,9 @@ def test_colab_is_recognized_in_a_command_the_notebook_runs(monkeypatch):
     monkeypatch.setattr(doctor, "probe_framework", lambda key: {"installed": False})
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     assert not doctor.collect()["colab"]
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-external_20260819-060048_RC00")
     assert doctor.collect()["colab"]
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")  # Kaggle's image is built on Colab's and sets it too
+    assert not doctor.collect()["colab"]

@@ -79,7 +79,8 @@ def probe_nvidia_packages() -> dict:
 
 def collect() -> dict:
     facts = {"gpucourse": __version__, "python": platform.python_version(), "platform": platform.platform(),
-             "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ,  # the latter in `!python -m ...` too
+             "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ  # the variable reaches `!python -m`;
+             and "KAGGLE_KERNEL_RUN_TYPE" not in os.environ,  # Kaggle's image, built on Colab's, sets it too
              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "course_set": course_set()}
     probes = {"driver": probe_driver, "nvidia": probe_nvidia_packages}
