@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _GRACE = 10.0  # s for the agents to stop their workers, then we kill all (torchrun kills a stuck one after 5 s; torch 2.11: 30)
+_CAUSES = {1: "an uncaught exception, or sys.exit with a message", 2: "a command-line usage error: an unknown option or a bad "
+           "argument", -9: "SIGKILL: out of memory, or killed from outside", -11: "SIGSEGV: a crash in native code"}  # exit codes
 
 
 @dataclass
@@ -59,10 +61,6 @@ def _check(script, nproc_per_node, nnodes, timeout) -> Path:
         if not isinstance(value, (int, kind)) or isinstance(value, bool) or value <= 0:
             raise LaunchError(f"{name} must be a positive {'whole number' if kind is int else 'number'}, got {value!r}.")
     return path
-
-
-_CAUSES = {1: "an uncaught exception, or sys.exit with a message", 2: "a command-line usage error (an unknown option or a "
-           "bad argument)", -9: "SIGKILL: out of memory, or killed from outside", -11: "SIGSEGV: a crash in native code"}
 
 
 def _why(result: LaunchResult, timeout: float) -> str:
