@@ -6,6 +6,7 @@ The launches use tiny scripts that do not import torch (only torchrun's agent do
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -98,7 +99,7 @@ Root Cause (first observed failure):
 
 
 # torch 2.11's torchrun (Colab's) has no --log-line-prefix-template option and ran it as the script: what it printed
-TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]: 
+TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]:
 [default0]:usage: /usr/bin/python3 [option] ... [-c cmd | -m mod | file | -] [arg] ...
 E1125 00:02:36.756000 9179 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 2) local_rank: 0
 Traceback (most recent call last):
@@ -126,6 +127,18 @@ def test_a_rank_whose_lines_are_not_prefixed_still_shows_them():
     assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), message
     assert "rank 0 printed nothing" in message and "unknown option --log-line-prefix-template" in message, message
     assert "ChildFailedError" not in message, "torchrun's own traceback is not the rank's output"
+
+
+@linux_only
+def test_children_finds_a_process_in_a_session_of_its_own():
+    """How a timeout finds the workers of an agent that outlives its grace (torch 2.11's waits 30 s on a stuck one)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert child.pid in launch._children(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert launch._children(2**22 + 1) == [], "no such process: none"
 
 
 @pytest.mark.parametrize("nnodes", [1, 2])
