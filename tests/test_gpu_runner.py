@@ -527,3 +527,37 @@ def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_pa
     (test,) = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double"]
     shown = "".join(o.get("text", "") for o in test.outputs if o.get("name") == "stdout")
     assert "falling back to the slow kernel" in shown and "UserWarning: this call is deprecated" in shown, test.outputs
+
+
+def test_main_wires_lessons_claims_gpu_tests_grading_and_the_report_together(tmp_path, monkeypatch):
+    """main() with every run faked: what it asks pytest for, and the report files it writes."""
+    calls = []
+
+    def fake_pytest(args, junit, log, timeout, **env):
+        calls.append((args, env))
+        if "GPUCOURSE_CLAIMS" in env and "07_" in args[0]:
+            Path(env["GPUCOURSE_CLAIMS"]).write_text(json.dumps(
+                {"kind": "claim", "claim": "checkpointing at most 80% of the peak", "measured": 0.9, "unit": "",
+                 "bound": "at most 0.8", "passed": False, "device": "cuda:0", "source": "the lesson's arithmetic"}) + "\n")
+        return {"returncode": 0, "timed_out": False, "seconds": 1.0, "log": str(log),
+                "cases": [{"id": "t", "name": "t", "outcome": "passed", "seconds": 1.0, "message": ""}]}
+
+    monkeypatch.setattr(runner, "quick_problem", lambda: None)
+    monkeypatch.setattr(runner, "doctor_report", lambda: {"facts": FACTS})
+    monkeypatch.setattr(runner, "run_pytest", fake_pytest)
+    monkeypatch.setattr(runner, "run_bench", lambda artifacts: BENCH)
+    assert runner.main(["--artifacts", str(tmp_path)]) == 1, "lesson 07's claim is false"
+    lessons = [args for args, env in calls if "GPUCOURSE_CLAIMS" in env]
+    assert len(lessons) == len(list((ROOT / "solutions").glob("*/*.ipynb")))
+    assert [args for args, env in calls if "GPUCOURSE_CLAIMS" not in env] == [
+        ["tests", "-m", "gpu", "-k", "not autograde"], ["tests/test_gpu.py", "-m", "gpu", "-k", "autograde"]]
+    report = json.loads((tmp_path / "gpu-report.json").read_text())
+    assert report["status"] == "failed" and report["grading"]["result"] == "passed"
+    assert report["environment"]["executable"] == sys.executable
+    markdown = (tmp_path / "gpu-report.md").read_text()
+    assert "| checkpointing at most 80% of the peak | 0.9 | at most 0.8 | FAIL | the lesson's arithmetic |" in markdown
+    assert "## Grading on the GPU (nbgrader autograde in the sandbox, expected scores): passed" in markdown
+
+    calls.clear()
+    runner.main(["02_tensors_on_device", "--artifacts", str(tmp_path)])
+    assert calls[-1][0][-1] == "autograde and (sandbox or 02_tensors_on_device)"
