@@ -411,6 +411,18 @@ def incidents(notebook: Path) -> dict[str, list[str]]:
     return found
 
 
+SPEEDUP = re.compile(r"fast_train speed-up over the baseline: ([0-9.]+)x")  # what lesson 09's measurement cell prints
+
+
+def speedup(notebook: Path) -> float | None:
+    """The speed-up an autograded notebook measured and printed (lesson 09), else None: shown beside the score, never graded."""
+    import nbformat
+
+    found = [float(m.group(1)) for cell in nbformat.read(notebook, as_version=4).cells for output in cell.get("outputs", [])
+             if output.get("output_type") == "stream" for m in SPEEDUP.finditer(output.get("text", ""))]
+    return found[-1] if found else None
+
+
 def table(course: Path, lesson: str, seconds: dict[str, float]) -> list[dict]:
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -438,17 +450,23 @@ def table(course: Path, lesson: str, seconds: dict[str, float]) -> list[dict]:
                 if graded.exists():
                     for kind, cells in incidents(graded).items():
                         row[kind] += cells
+                    row["speed-up"] = speedup(graded)
             rows.append(row)
     return rows
 
 
 def show(rows: list[dict]) -> str:
-    lines = [f"{'student':<16} {'score':>24} {'seconds':>7}  failed cells | timeouts | kernel deaths | not run"]
+    timed = any(r.get("speed-up") for r in rows)  # lesson 09: the class ranked by the speed-up each measured here
+    if timed:
+        rows = sorted(rows, key=lambda r: -(r.get("speed-up") or 0.0))
+    lines = [f"{'student':<16} {'score':>24} {'seconds':>7}" + (f" {'speed-up':>8}" if timed else "")
+             + "  failed cells | timeouts | kernel deaths | not run"]
     for r in rows:
         score = "not graded" if r["score"] is None else f"{r['score']:g} / {r['max']:g}"
         score += f" (+{r['by hand']:g} by hand)" if r.get("by hand") else ""
         cells = " | ".join(", ".join(r[k]) or "-" for k in ("failed", TIMEOUT, DIED, NOT_RUN))
-        lines.append(f"{r['student']:<16} {score:>24} {r['seconds']:>7.0f}  {cells}")
+        ratio = (f" {r['speed-up']:>7.2f}x" if r.get("speed-up") else f" {'-':>8}") if timed else ""
+        lines.append(f"{r['student']:<16} {score:>24} {r['seconds']:>7.0f}{ratio}  {cells}")
     return "\n".join(lines)
 
 
