@@ -56,6 +56,19 @@ def test_solution_runs_under_nbval_in_the_colab_set(lesson):
                                     f"{result.stderr[-2000:]}")
 
 
+def test_what_the_set_up_cells_add_on_colab_is_in_the_colab_set():
+    """A set-up cell may add a package on Colab (lesson 05: DALI); the Colab set has it at the version the cell names."""
+    import re
+
+    pins = {sync_pins.package_name(pin): pin.split(";")[0].strip() for pin in sync_pins.colab_pins()}
+    for source, lessons in colab_set.setup_cells().items():
+        added = re.findall(r'"([A-Za-z0-9_.-]+==[^"]+)"', source)
+        for requirement in added:
+            assert pins.get(sync_pins.package_name(requirement)) == requirement, \
+                f"the set-up cell of {lessons} installs {requirement}; colab/requirements.txt has " \
+                f"{pins.get(sync_pins.package_name(requirement))}"
+
+
 def installed(code: str) -> str:
     result = subprocess.run([str(PYTHON), "-c", code], capture_output=True, text=True, env=colab_env(), cwd=VENV)
     assert result.returncode == 0, result.stderr
