@@ -205,3 +205,30 @@ def test_the_classroom_loop(tmp_path):
     print("\n" + "\n".join(room.log))
     print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
 
+
+
+def test_the_class_table_ranks_lesson_09_by_the_speed_up_each_submission_measured(tmp_path):
+    """Lesson 09 prints the speed-up its learner's program reached, measured back to back on the grading machine;
+    `make grade` (tools/grade.py) reads it from each autograded notebook, shows it beside the score and ranks the
+    class by it. A submission that printed none (its program failed first) shows "-", last. Never graded: the
+    scores stay what the tests gave (lesson 09's autograde runs in tests/test_grading.py)."""
+    import grade  # tools/grade.py
+
+    cell = next(c for c in ck.read(ck.solution_path("09_make_it_fast")).cells if "speed-up over the baseline" in c.source)
+    assert 'f"fast_train speed-up over the baseline: {speedup:.2f}x on ' in cell.source, "the line grade.SPEEDUP reads"
+    rows = []
+    for student, printed in (("ann", "1.31x"), ("bo", None), ("cy", "2.40x")):
+        nb = nbformat.v4.new_notebook()
+        nb.cells.append(nbformat.v4.new_code_cell("slow, slow_time = ..."))
+        ratio = f"fast_train speed-up over the baseline: {printed} on cpu (1.5 s -> 1.2 s)\n" if printed else ""
+        text = "epoch 0: loss 1.384\n" + ratio
+        nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        path = tmp_path / f"{student}.ipynb"
+        nbformat.write(nb, path)
+        rows.append({"student": student, "seconds": 20.0, "score": 11.0, "max": 16.0, "by hand": 5.0, "failed": [],
+                     grade.TIMEOUT: [], grade.DIED: [], grade.NOT_RUN: [], "speed-up": grade.speedup(path)})
+    header, *lines = grade.show(rows).splitlines()
+    assert "speed-up" in header
+    assert [line.split()[0] for line in lines] == ["cy", "ann", "bo"], "ranked by the speed-up, none last"
+    assert "2.40x" in lines[0] and "1.31x" in lines[1] and " - " in lines[2]
+    assert all("11 / 16 (+5 by hand)" in line for line in lines), "the score is the tests', whatever the speed-up"
