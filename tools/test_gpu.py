@@ -534,7 +534,13 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
                 return 1
     spec = importlib.util.find_spec("gpucourse")
     if spec is None:  # gpucourse from this checkout, as an editable install adds it, with nothing to build or download
-        (Path(sysconfig.get_paths()["purelib"]) / "gpucourse-checkout.pth").write_text(f"{ROOT / 'utils'}\n", encoding="utf-8")
+        try:
+            (Path(sysconfig.get_paths()["purelib"]) / "gpucourse-checkout.pth").write_text(f"{ROOT / 'utils'}\n")
+        except OSError as error:
+            print(f"cannot add gpucourse to {sys.executable}'s environment ({error}); a read-only site install can "
+                  "be extended by a venv: `python -m venv --system-site-packages ENV`, then PYTHON=ENV/bin/python",
+                  file=sys.stderr)
+            return 2
     elif Path(spec.origin or "").parent.parent != ROOT / "utils":
         print(f"note: the gpucourse at {spec.origin} is not this checkout's; the grading run imports that one")
     after = installed_distributions()
