@@ -14,6 +14,8 @@ JupyterHub admin would set it up (the students' files also give their ids).
                 autograde, scores alice's and bob's written answers by hand (nbgrader's gradebook API, as the
                 formgrader does), generate_feedback, release_feedback (alice's and bob's), export
     bob         fetch_feedback
+    instructor  lesson 09 (the capstone) for alice, handed in outside the exchange: generate_assignment,
+                autograde; the class table `make grade` prints shows the speed-up her program measured
 
 Autograde is held to what tests/test_grading.py::test_autograde asserts for every other lesson
 (coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without crashing the
@@ -202,6 +204,20 @@ def test_the_classroom_loop(tmp_path):
     # The class report from this gradebook, and feedback that names a failed hidden test without showing its code.
     test_report.check_report(room.course, LESSON)
     test_report.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
+
+    # Lesson 09 in the same class: alice's capstone, graded as above; the class table (tools/grade.py) shows the
+    # speed-up her program measured on this machine beside her score, never in it.
+    import grade  # tools/grade.py
+
+    capstone = "09_make_it_fast"
+    room.nbgrader("instructor", "generate_assignment", capstone, "--force")
+    work = ck.submission_from(ck.read(ck.student_path(capstone)), ck.solution_answers(capstone))
+    ck.submit(room.course, "alice", capstone, work)
+    room.nbgrader("instructor", "autograde", capstone, "--student=alice")
+    (row,) = grade.table(room.course, capstone, {"alice": 0.0})
+    assert row["score"] == row["max"] - row["by hand"] and not row["failed"], f"alice's capstone: {row}"
+    assert (row["speed-up"] or 0) > 0, "the class table shows the speed-up alice's program measured"
+    (artifacts / "classroom-commands.txt").write_text("\n".join(room.log) + "\n")
     print("\n" + "\n".join(room.log))
     print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
 
