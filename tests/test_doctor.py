@@ -254,3 +254,26 @@ def test_colab_is_recognized_in_a_command_the_notebook_runs(monkeypatch):
     assert doctor.collect()["colab"]
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")  # Kaggle's image is built on Colab's and sets it too
     assert not doctor.collect()["colab"]
+
+
+CU128_ARCH = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # the shape of torch 2.11.0+cu128's list
+
+
+@pytest.mark.parametrize("arch, capability, runs", [
+    (CU128_ARCH, "9.0", True), (CU128_ARCH, "8.9", True),  # an sm_86 cubin runs on 8.9 (a later minor)
+    (CU128_ARCH, "7.0", False), (CU128_ARCH, "6.0", False),  # Volta and Pascal: no kernels in this build
+    (["sm_80"], "9.0", False), (["sm_80", "compute_80"], "9.0", True),  # PTX is compiled for any later GPU
+    (["sm_90a"], "9.0", True), ([], "6.0", True),  # an unknown list claims nothing
+])
+def test_runs_on_reads_the_builds_architectures(arch, capability, runs):
+    assert doctor.runs_on(arch, capability) is runs
+
+
+def test_a_gpu_the_pytorch_build_has_no_kernels_for():
+    p100 = {"index": 0, "name": "Tesla P100-PCIE-16GB", "memory_gib": 15.9, "compute_capability": "6.0"}
+    error = only_error(doctor.diagnose(facts(driver={"gpus": [p100], "cuda": "12.8", "version": "570.1"},
+                                             torch={"version": "2.11.0+cu128", "cuda": "12.8", "arch": CU128_ARCH,
+                                                    "devices": [p100["name"]]})))
+    assert "Tesla P100-PCIE-16GB (compute capability 6.0)" in error.problem and "sm_75" in error.problem
+    assert "GPU=0" in error.fix and "Colab" in error.fix
+    assert "error" not in levels(doctor.diagnose(facts(torch={"arch": CU128_ARCH})))  # the H100 runs them

@@ -39,7 +39,7 @@ def probe_framework(key: str) -> dict:
             import torch
 
             facts.update(version=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                         cuda_available=torch.cuda.is_available(),
+                         cuda_available=torch.cuda.is_available(), arch=torch.cuda.get_arch_list(),
                          devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
             if facts["cuda"] and not facts["cuda_available"]:
                 try:
@@ -62,6 +62,16 @@ def cuda_major(name: str, files: list[str]) -> int | None:
     """nvidia-cudnn-cu12 -> 12, nvidia-dali-cuda130 -> 13, CUDA 13's unsuffixed wheels (files in nvidia/cu13/) -> 13."""
     found = re.search(r"-cu(\d\d)$|-cuda(\d\d)\d$", name) or re.search(r"^nvidia/cu(\d\d)/", "\n".join(files), re.MULTILINE)
     return int(next(g for g in found.groups() if g)) if found else None
+
+
+def runs_on(arch: list[str], capability: str) -> bool:
+    """Whether a PyTorch built for ``arch`` (``torch.cuda.get_arch_list()``) has kernels for a GPU of ``capability``."""
+    have = _version(capability)
+    for kind, digits in (re.match(r"(sm|compute)_(\d+)", name).groups() for name in arch if re.match(r"(sm|compute)_\d", name)):
+        built = (int(digits[:-1]), int(digits[-1]))  # sm_86 -> (8, 6), sm_120 -> (12, 0)
+        if built <= have and (kind == "compute" or built[0] == have[0]):  # a cubin runs on later minors, PTX on any later
+            return True
+    return not arch  # nothing known: no claim
 
 
 def probe_nvidia_packages() -> dict:
@@ -152,6 +162,11 @@ def diagnose(facts: dict) -> list[Finding]:
         if not torch_.get("cuda"):
             add("error", f"PyTorch {torch_.get('version')} is a CPU-only build, but the driver sees {gpus} GPU(s).",
                 f"Install a build for CUDA {cuda} or older with the pip command at https://pytorch.org/get-started/locally/.")
+        elif left_out := [f"{g['name']} (compute capability {g['compute_capability']})" for g in driver["gpus"]
+                          if not runs_on(torch_.get("arch") or [], g["compute_capability"])]:
+            add("error", f"PyTorch {torch_.get('version')} has no kernels for {', '.join(left_out)}: it is built for "
+                f"{', '.join(torch_['arch'])}.", "Use the CPU set (`make lab GPU=0`) or Colab, or a PyTorch build whose "
+                "architectures include this GPU's (https://pytorch.org/get-started/locally/).")
         elif torch_.get("cuda_available"):
             add("ok", f"PyTorch sees {len(torch_['devices'])} GPU(s): {', '.join(torch_['devices'])}.")
         else:
