@@ -82,7 +82,11 @@ def synthetic_course(tmp: Path) -> Path:
             gb.db.commit()
             path = course / "autograded" / student / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
             path.parent.mkdir(parents=True)
-            nbformat.write(_graded_notebook(results), path)
+            graded = _graded_notebook(results)
+            if student == "ann":  # what lesson 09's measurement cell prints
+                graded.cells.append(new_code_cell("measure()", outputs=[new_output(
+                    "stream", name="stdout", text="fast_train speed-up over the baseline: 1.85x (ann's machine)\n")]))
+            nbformat.write(graded, path)
     (course / grade.REPORTS).mkdir()
     (course / grade.REPORTS / grade.TIMES).write_text(json.dumps({ASSIGNMENT: {"ann": 12.3, "ben": 30.0}}))
     return course
@@ -104,6 +108,7 @@ def test_report_of_a_small_class(tmp_path):
     assert (rows["cy"]["timed_out"], rows["dee"]["kernel_died"]) == ("test_mul", "test_mul")
     assert rows["ben"]["ungraded"] == rows["dee"]["ungraded"] == "why" and rows["cy"]["ungraded"] == ""
     assert (rows["ben"]["test_add"], rows["ben"]["test_mul"]) == ("0.0", "2.0")
+    assert (rows["ann"]["speedup"], rows["ben"]["speedup"]) == ("1.85", ""), "the measured speed-up, where one was printed"
 
     tests = {t["cell"]: t for t in data["tests"]}
     assert list(tests) == ["test_add", "test_mul"], "test cells in the notebook's order; the written answer is not one"
@@ -117,6 +122,7 @@ def test_report_of_a_small_class(tmp_path):
     text = page_text(page)
     assert "4 submissions; mean 2.25, median 1.5 of 5 points" in text
     assert f"2 × {SAME} (ben, cy)" in text
+    assert "speed-up (measured, not graded)" in text and "1.85x" in text
     assert "2 / 4" in text and "50%" in text and "2 timed: median 21 s, longest 30 s" in text
     (png,) = re.findall(r'<img id="scores"[^>]* src="data:image/png;base64,([^"]+)"', page)
     import base64

@@ -11,7 +11,8 @@ needs nothing else (its plot is embedded), and reports/NN_topic.csv, one row per
 - the cells that timed out, killed the kernel or were not run (tools/grade.py's `incidents`);
 - the written answers still waiting for a person (nbgrader's `needs_manual_grade`);
 - grading time per submission, as `make grade` measured it (reports/grading-times.json; absent after a plain
-  `nbgrader autograde`).
+  `nbgrader autograde`), and beside it the speed-up a submission measured where the lesson prints one (lesson 09;
+  shown, never graded).
 
 Scores come from the gradebook through nbgrader's own API (nbgrader.api.Gradebook), so they are the scores the
 Formgrader and `nbgrader export` show, hand-graded answers included.
@@ -75,12 +76,13 @@ def collect(course: Path, lesson: str) -> dict:
                                                 "submissions": 0, "failures": Counter(), "who": {}}
         for submission in sorted(gb.assignment_submissions(lesson), key=lambda s: s.student_id):
             row = {"student": submission.student_id, "score": submission.score, "max_score": submission.max_score,
-                   "seconds": times.get(submission.student_id), "cells": {}, "failed": [], "ungraded": [],
+                   "seconds": times.get(submission.student_id), "cells": {}, "failed": [], "ungraded": [], "speedup": None,
                    grade.TIMEOUT: [], grade.DIED: [], grade.NOT_RUN: []}
             for notebook in submission.notebooks:
                 graded = course / "autograded" / submission.student_id / lesson / f"{notebook.name}.ipynb"
                 messages = _failures(graded) if graded.exists() else {}
                 if graded.exists():
+                    row["speedup"] = grade.speedup(graded)
                     cells = [c.metadata.get("nbgrader", {}).get("grade_id") for c in _read(graded).cells]
                     order += [(notebook.name, c) for c in cells if c and (notebook.name, c) not in order]
                     for kind, where in grade.incidents(graded).items():
@@ -175,7 +177,9 @@ def page(data: dict, png: bytes) -> str:
                  for s in students if any(s[k] for k in (grade.TIMEOUT, grade.DIED, grade.NOT_RUN))]
     ungraded = [[e(student), f"<code>{e(cell)}</code>", f"{points:g}"] for student, cell, points in data["ungraded"]]
     timed = [s["seconds"] for s in students if s["seconds"] is not None]
-    times = [[e(s["student"]), f"{s['score']:g} / {s['max_score']:g}", _seconds(s["seconds"])] for s in students]
+    sped = any(s["speedup"] is not None for s in students)  # lesson 09 prints its measured speed-up
+    times = [[e(s["student"]), f"{s['score']:g} / {s['max_score']:g}", _seconds(s["seconds"])]
+             + ["-" if s["speedup"] is None else f"{s['speedup']:.2f}x"] * sped for s in students]
     time_note = (f"{len(timed)} timed: median {statistics.median(timed):.0f} s, longest {max(timed):.0f} s." if timed else
                  "Not timed: the submissions were graded with a plain <code>nbgrader autograde</code>; "
                  "<code>make grade</code> times each one.")
@@ -202,7 +206,7 @@ th {{ background: #f3f3f3; }} .who {{ color: #666; }} img {{ max-width: 100%; }}
 {_table(["student", "answer", "points"], ungraded) if ungraded else '<p>None: every written answer is graded.</p>'}
 <h2>Grading time per submission</h2>
 <p>{time_note}</p>
-{_table(["student", "score", "seconds"], times)}
+{_table(["student", "score", "seconds"] + ["speed-up (measured, not graded)"] * sped, times)}
 </body></html>
 """
 
@@ -213,6 +217,7 @@ def rows(data: dict) -> list[dict]:
     for s in data["students"]:
         row = {"student": s["student"], "score": s["score"], "max_score": s["max_score"],
                "grading_seconds": "" if s["seconds"] is None else round(s["seconds"], 1),
+               "speedup": "" if s["speedup"] is None else s["speedup"],
                "failed": " ".join(s["failed"]), "ungraded": " ".join(s["ungraded"]),
                "timed_out": " ".join(s[grade.TIMEOUT]), "kernel_died": " ".join(s[grade.DIED]),
                "not_run": " ".join(s[grade.NOT_RUN])}
