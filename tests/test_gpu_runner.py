@@ -527,6 +527,10 @@ def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_pa
     (test,) = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double"]
     shown = "".join(o.get("text", "") for o in test.outputs if o.get("name") == "stdout")
     assert "falling back to the slow kernel" in shown and "UserWarning: this call is deprecated" in shown, test.outputs
+    validated = ck.nbgrader(course, "validate", str(course / "submitted" / "warns" / ASSIGNMENT / NAME), check=False)
+    assert "Success! Your notebook passes all the tests." in validated.stdout, "the Validate button agrees with autograde"
+    validated = ck.nbgrader(course, "validate", str(course / "submitted" / "wrong" / ASSIGNMENT / NAME), check=False)
+    assert "VALIDATION FAILED ON 1 CELL(S)!" in validated.stdout, "and still fails a wrong answer"
 
 
 def test_main_wires_lessons_claims_gpu_tests_grading_and_the_report_together(tmp_path, monkeypatch):

@@ -395,6 +395,20 @@ def configure(c) -> None:
     c.Autograde.sanitize_preprocessors = [  # nbgrader's, with RestoreCells for OverwriteCells
         RestoreCells if pp is OverwriteCells else pp for pp in Autograde.class_traits()["sanitize_preprocessors"].default()]
     c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]  # nbgrader's + ours
+    # The learner's Validate button (`nbgrader validate`) judges a graded cell as autograde does, by raising only: its
+    # preprocessor list is not configurable, so the two judging functions it calls (nbgrader.utils) see the cell as
+    # stderr_kept_visible leaves it (a copy: what the learner is shown keeps its stderr).
+    import nbformat
+    import nbgrader.utils
+
+    for name in ("determine_grade", "has_failed"):
+        judge = getattr(nbgrader.utils, name)
+        if not hasattr(judge, "judges_by_raising"):
+            def by_raising(cell, *args, _judge=judge, **kwargs):
+                return _judge(stderr_kept_visible(nbformat.from_dict(json.loads(json.dumps(cell)))), *args, **kwargs)
+
+            by_raising.judges_by_raising = True
+            setattr(nbgrader.utils, name, by_raising)
 
 
 # ---- the class table -------------------------------------------------------------------------------------------
