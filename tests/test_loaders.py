@@ -1,5 +1,6 @@
 """gpucourse.loaders: the JPEG dataset, worker counts, the overlapped wait-vs-step measurement, spawn safety."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,16 @@ def test_a_wrong_root_is_explained(tmp_path):
         loaders.jpeg_dataset(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="class folder"):
         loaders.image_files(tmp_path)
+
+
+@pytest.mark.parametrize("cpu_max, cores", [("max 100000\n", "all"), ("50000 100000\n", 1), ("100000 100000\n", 1),
+                                             ("150000 100000\n", 2), (None, "all")])
+def test_available_cores_keeps_to_a_containers_cpu_quota(tmp_path, cpu_max, cores):
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:  # None: no cgroup v2 file (macOS, Windows, cgroup v1)
+        path.write_text(cpu_max)
+    mask = len(os.sched_getaffinity(0))
+    assert loaders.available_cores(str(path)) == (mask if cores == "all" else min(mask, cores))
 
 
 def test_num_workers_caps_at_the_cores_with_a_message(monkeypatch, capsys):

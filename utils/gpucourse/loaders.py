@@ -10,6 +10,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 
@@ -34,9 +35,12 @@ def image_files(root: str | os.PathLike) -> tuple[list[str], list[int], list[str
     return [path for path, _ in dataset.samples], list(dataset.targets), dataset.classes
 
 
-def available_cores() -> int:
-    """CPU cores this process may use (the affinity mask in a container, else the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def available_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """CPU cores this process may use: the affinity mask (else the machine's count), capped by a container's CPU quota
+    (cgroup v2's ``cpu.max``: "quota period" in microseconds, or "max ...")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota, _, period = (Path(cpu_max).read_text() if os.path.isfile(cpu_max) else "max").partition(" ")
+    return cores if quota.strip() == "max" else max(1, min(cores, -(-int(quota) // int(period))))  # a share rounds up
 
 
 def num_workers(requested: int | None = None) -> int:
