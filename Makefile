@@ -1,4 +1,5 @@
 # Entry points of the course. Only Python (3.10+) and make are needed.
+.DEFAULT_GOAL := help  # a bare `make` prints the targets and changes nothing
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -67,7 +68,7 @@ help:
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
 # pip cannot take out one CUDA major's libraries cleanly, they share file paths).
 LAB_OVERRIDES := tools/jupyterlab-overrides.json
-$(STAMP): pyproject.toml $(LAB_OVERRIDES)
+$(STAMP): pyproject.toml tools/pyproject.toml $(LAB_OVERRIDES)
 	@if [ -n "$(SWITCH)" ] && [ -e $(VENV)/pyvenv.cfg ]; then rm -rf $(VENV); fi
 	@if [ $(SET) = gpu ] && [ "$$(uname -s)" != Linux ]; then \
 		echo "The GPU set is for Linux and WSL2 (TensorFlow has no GPU build for native Windows or macOS): use GPU=0."; exit 1; fi
@@ -80,6 +81,7 @@ ifeq ($(SET),gpu)
 else
 	$(BIN)/python -m pip install --quiet -e ".[course]"
 endif
+	$(BIN)/python -m pip install --quiet -e tools
 	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dali-tf"], sep="\n")' > $(VENV)/dali-tf.txt
 	$(BIN)/python -m pip install --quiet --no-build-isolation -r $(VENV)/dali-tf.txt \
 		|| echo "DALI's TensorFlow plugin did not build: lesson 05's TensorFlow cells will skip themselves."
@@ -97,7 +99,7 @@ lab: $(STAMP)
 # this checkout's last commit. `make test` runs every lesson in it too (tests/test_colab_set.py).
 COLAB_VENV ?= .venv-colab
 colab-set: $(STAMP)
-	$(BIN)/python tools/colab_set.py --venv $(COLAB_VENV)
+	$(BIN)/python -m coursetools.colab_set --venv $(COLAB_VENV)
 
 # The JOBS workers run side by side on as many cores: each (and each notebook kernel it starts) uses one
 # thread, or PyTorch's default of one thread per core oversubscribes the machine (2-6x slower on 2 cores).
@@ -107,7 +109,7 @@ test: $(STAMP) colab-set
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
 
-# The GPU runner (tools/test_gpu.py). The quick CUDA check needs only the standard library, so a machine
+# The GPU runner (tools/coursetools/gpurun.py). The quick CUDA check needs only the standard library, so a machine
 # without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
 # ENV=system (python3) or PYTHON=/path/to/python on the command line: that Python's environment, which has a CUDA
 # PyTorch (an NGC container, a cluster's module), found on PATH as it was before .venv/bin came first; --setup adds
@@ -116,15 +118,15 @@ ifneq ($(filter system,$(ENV))$(filter command line,$(origin PYTHON)),)
   GPU_PY := $(or $(shell PATH='$(subst $(abspath $(BIN)):,,$(PATH))' command -v $(PYTHON)),$(PYTHON))
 endif
 test-gpu:
-	@$(or $(GPU_PY),$(PYTHON)) tools/test_gpu.py --preflight
+	@PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --preflight
 ifneq ($(GPU_PY),)
-	$(GPU_PY) tools/test_gpu.py --setup $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))
-	$(GPU_PY) tools/test_gpu.py $(GPU_ARGS)
+	PYTHONPATH=tools $(GPU_PY) -m coursetools.gpurun --setup $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))
+	PYTHONPATH=tools $(GPU_PY) -m coursetools.gpurun $(GPU_ARGS)
 else ifneq ($(WHEELHOUSE),)
 	@echo "WHEELHOUSE=$(WHEELHOUSE) holds no PyTorch: add ENV=system or PYTHON=/path/to/python (a Python with a CUDA PyTorch)"; exit 2
 else
 	@$(MAKE) --no-print-directory $(STAMP)
-	$(BIN)/python tools/test_gpu.py $(GPU_ARGS)
+	$(BIN)/python -m coursetools.gpurun $(GPU_ARGS)
 endif
 
 # The wheels `make test-gpu ENV=system` adds (the suite's small packages, nbval's kernel stack, nbgrader; no
@@ -132,26 +134,26 @@ endif
 .PHONY: wheelhouse
 wheelhouse:
 	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
-	$(or $(GPU_PY),$(PYTHON)) tools/test_gpu.py --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
+	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 doctor: $(STAMP)
 	@$(BIN)/python -m gpucourse doctor
 
 notebooks: $(STAMP)
-	$(BIN)/python tools/make_notebooks.py
+	$(BIN)/python -m coursetools.notebooks
 
 pins: $(STAMP)
-	$(BIN)/python tools/sync_pins.py
+	$(BIN)/python -m coursetools.pins
 
-# Grade a class (tools/grade.py): every submission of LESSON, each kernel sandboxed, as many at once as cores.
+# Grade a class (coursetools.grade): every submission of LESSON, each kernel sandboxed, as many at once as cores.
 grade: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make grade LESSON=NN_topic [GRADE_JOBS=n] [UNSANDBOXED=1]"; exit 2; }
-	$(BIN)/python tools/grade.py $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
+	$(BIN)/python -m coursetools.grade $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
 
 # The class report from the gradebook (tools/report.py), after grading: reports/LESSON.html and reports/LESSON.csv.
 report: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make report LESSON=NN_topic"; exit 2; }
-	$(BIN)/python tools/report.py $(LESSON)
+	$(BIN)/python -m coursetools.report $(LESSON)
 
 lint: $(STAMP)
 	$(BIN)/ruff check utils tests tools

@@ -1,8 +1,5 @@
 """nbgrader configuration for the course (see README, "For instructors")."""
 
-import sys
-from pathlib import Path
-
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "gpus-for-ml"
@@ -18,16 +15,15 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 # 120 s, the other cells are still graded).
 c.Execute.timeout = 120
 c.GradingExecute.submission_timeout = 600
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 try:
-    import grade
+    from coursetools import grade
 except ImportError:  # a scratch copy made only to generate notebooks/ has no tools/: it cannot autograde
     from nbgrader.preprocessors import NbGraderPreprocessor
 
     class NoSandbox(NbGraderPreprocessor):
         def preprocess(self, nb, resources):
-            raise RuntimeError("tools/grade.py is missing next to nbgrader_config.py: autograde will not run "
-                               "students' code without its sandbox")
+            raise RuntimeError("the course tools (coursetools, tools/ in the course) are not installed: "
+                               "autograde will not run students' code without their sandbox; run `make` first")
 
     c.Autograde.autograde_preprocessors = [NoSandbox]
 else:

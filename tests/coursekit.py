@@ -13,8 +13,7 @@ import nbformat
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_notebooks  # noqa: E402  (tools/make_notebooks.py)
+from coursetools import notebooks as make_notebooks
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CHECKED = "nbval-check-output"
@@ -143,8 +142,8 @@ def env() -> dict:
 
 
 def sandbox_switch() -> list[str]:
-    """Nothing where autograde can use its sandbox (tools/grade.py); elsewhere the explicit unsandboxed switch."""
-    import grade  # tools/grade.py
+    """Nothing where autograde can use its sandbox (coursetools.grade); elsewhere the explicit unsandboxed switch."""
+    from coursetools import grade
 
     return [] if grade.sandbox_problem() is None else [grade.UNSANDBOXED]
 
@@ -167,11 +166,8 @@ def scratch_course(tmp: Path, lessons_: list[str]) -> Path:
 
 
 def copy_course(target: Path) -> Path:
-    """make_notebooks' course copy, with the grader nbgrader_config.py imports (tools/grade.py)."""
-    course = make_notebooks.copy_course(target)
-    (course / "tools").mkdir(exist_ok=True)
-    shutil.copy(ROOT / "tools" / "grade.py", course / "tools")
-    return course
+    """make_notebooks' course copy; it grades with the installed course tools (coursetools), as the course does."""
+    return make_notebooks.copy_course(target)
 
 
 def submit(course: Path, student: str, lesson: str, nb) -> Path:

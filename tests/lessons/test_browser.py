@@ -375,7 +375,7 @@ def test_class_report_in_chromium(tmp_path):
     reason = _why_no_browser()
     if reason:
         pytest.skip(reason)
-    import report  # tools/report.py (coursekit puts tools/ on the path)
+    from coursetools import report
     import test_report
 
     page_path, _, data = report.write(test_report.synthetic_course(tmp_path), test_report.ASSIGNMENT)

@@ -24,9 +24,8 @@ from pathlib import Path
 import coursekit as ck
 import pytest
 
-sys.path.insert(0, str(ck.ROOT / "tools"))
-import colab_set  # noqa: E402
-import sync_pins  # noqa: E402
+from coursetools import colab_set
+from coursetools import pins as sync_pins
 
 VENV = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ck.ROOT / ".venv-colab")
 PYTHON = VENV / "bin" / "python"

@@ -52,7 +52,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRE_GPU_VAR, CLAIMS_VAR = "GPUCOURSE_REQUIRE_GPU", "GPUCOURSE_CLAIMS"
 NEEDS = {  # what a notebook's code says when its GPU path needs it -> its name in reports
     "tensorflow": (("import_tensorflow(", "import tensorflow"), "TensorFlow"),

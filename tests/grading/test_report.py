@@ -25,9 +25,8 @@ import coursekit as ck
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-sys.path.insert(0, str(ck.ROOT / "tools"))
-import grade  # noqa: E402  (tools/grade.py)
-import report  # noqa: E402  (tools/report.py)
+from coursetools import grade
+from coursetools import report
 
 ASSIGNMENT, NOTEBOOK = "00_report", "quiz"
 CELLS = {"test_add": 1.0, "test_mul": 2.0}  # test cells and their points; "why" is a written answer of 2 points

@@ -30,11 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from coursetools import notebooks as make_notebooks
+
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_notebooks  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 REQUIREMENTS = ROOT / "colab" / "requirements.txt"
 CONSTRAINTS = ROOT / "colab" / "constraints.txt"

@@ -31,8 +31,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grade  # noqa: E402  (tools/grade.py: incidents, the grading-times file)
+from coursetools import grade  # incidents, the grading-times file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SHOWN_MESSAGES = 5  # the most common failure messages listed per test cell

@@ -10,7 +10,7 @@ here and for the other lessons inside test_grading's autograde run (its `deleted
 from __future__ import annotations
 
 import coursekit as ck
-import grade  # tools/grade.py (coursekit puts tools/ on the path)
+from coursetools import grade
 import nbformat
 import pytest
 

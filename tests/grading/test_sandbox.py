@@ -30,8 +30,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-sys.path.insert(0, str(ck.ROOT / "tools"))
-import grade  # noqa: E402  (tools/grade.py)
+from coursetools import grade
 
 ASSIGNMENT, NAME = "00_sandbox", "sandbox.ipynb"
 EXERCISES = {"double": ("2 * x", (1, 2), (3, 6)), "square": ("x * x", (2, 4), (3, 9)), "negate": ("-x", (1, -1), (3, -3))}

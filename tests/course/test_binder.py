@@ -21,8 +21,7 @@ import coursekit as ck
 import pytest
 from packaging.requirements import Requirement
 
-sys.path.insert(0, str(ck.ROOT / "tools"))
-import sync_pins  # noqa: E402
+from coursetools import pins as sync_pins
 
 BINDER = ck.ROOT / "binder"
 # Imported only through gpucourse, which returns None with one clear sentence when they are missing.

@@ -9,14 +9,13 @@ import coursekit as ck
 import pytest
 import tomllib
 
-sys.path.insert(0, str(ck.ROOT / "tools"))
-import sync_pins  # noqa: E402
+from coursetools import pins as sync_pins
 
 PROJECT = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_derived_files_are_up_to_date():
-    result = subprocess.run([sys.executable, "tools/sync_pins.py", "--check"], cwd=ck.ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "coursetools.pins", "--check"], cwd=ck.ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 

@@ -188,8 +188,7 @@ def test_bench_card_on_the_gpu(cuda):
 # ---- grading on the GPU ------------------------------------------------------------------------------------------
 def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
     """A kernel in the grading sandbox (tools/grade.py, GPUs and driver libraries bound) sees the same GPU."""
-    sys.path.insert(0, str(ck.ROOT / "tools"))
-    import grade  # tools/grade.py
+    from coursetools import grade
 
     problem = grade.sandbox_problem()
     if problem:

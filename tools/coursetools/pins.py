@@ -22,7 +22,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = "3.11"
 # Binder runs on CPU only: these are left out there (DALI's wheel is a CUDA
 # build; the lessons skip DALI cleanly when it is missing).

@@ -17,11 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SPEC = importlib.util.spec_from_file_location("gpu_runner", ROOT / "tools" / "test_gpu.py")
-runner = importlib.util.module_from_spec(SPEC)
-sys.modules["gpu_runner"] = runner
-SPEC.loader.exec_module(runner)
+ROOT = Path(__file__).resolve().parents[2]
+from coursetools import gpurun as runner  # noqa: E402
 
 no_driver = pytest.mark.skipif(runner.nvml_gpus()[0] is not None, reason="this machine has an NVIDIA driver")
 
@@ -34,7 +31,7 @@ def _run(command, **env):
 
 
 def test_stops_at_once_when_cuda_visible_devices_hides_every_gpu(tmp_path):
-    done, seconds = _run([sys.executable, "tools/test_gpu.py", "--artifacts", str(tmp_path)], CUDA_VISIBLE_DEVICES="")
+    done, seconds = _run([sys.executable, "-m", "coursetools.gpurun", "--artifacts", str(tmp_path)], CUDA_VISIBLE_DEVICES="")
     assert done.returncode == 2, done.stdout + done.stderr
     assert seconds < 10, "the check comes before any work"
     assert "cannot run the GPU path" in done.stderr and "hides every GPU" in done.stderr
@@ -46,7 +43,7 @@ def test_stops_at_once_when_cuda_visible_devices_hides_every_gpu(tmp_path):
 def test_stops_at_once_without_an_nvidia_driver(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "tools/test_gpu.py", "--artifacts", str(tmp_path)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "coursetools.gpurun", "--artifacts", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2 and time.monotonic() - start < 10
     assert "no NVIDIA driver" in done.stderr and "nvidia-smi" in done.stderr and "`make test`" in done.stderr
@@ -361,7 +358,7 @@ def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_n
     wheels, house = tmp_path / "wheels", tmp_path / "wheelhouse"
     wheels.mkdir(), house.mkdir()
     if run("-c", "import torch").returncode != 0:  # the base Python has no torch of its own
-        done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house)
+        done = run("-m", "coursetools.gpurun", "--setup", "--wheelhouse", house)
         assert done.returncode == 2 and "has no PyTorch" in done.stderr, "an environment without PyTorch: nothing to add to"
     import zipfile
 
@@ -375,7 +372,7 @@ def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_n
     suite, newer = tmp_path / "suite.txt", tmp_path / "newer.txt"
     suite.write_text("fakesuite==1.0\n"), newer.write_text("fakenew==1.0\n")
 
-    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", suite)
+    done = run("-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", suite)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "--no-index --find-links" in done.stdout and "--constraint" in done.stdout
     assert "added 2 package(s) (fakedep, fakesuite) beside PyTorch 2.99.0" in done.stdout
@@ -383,12 +380,12 @@ def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_n
     assert shown == ["2.99.0", str(ROOT / "utils" / "gpucourse" / "__init__.py")], "gpucourse comes from this checkout"
     assert {p: p.read_bytes() for p in torch_files} == before, "the present torch is untouched"
 
-    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", newer)
+    done = run("-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", newer)
     assert done.returncode == 1 and "PyTorch 2.99.0 is kept as it is (offline" in done.stderr, "needs torch 3: refused"
     assert run("-c", "import torch; print(torch.__version__)").stdout.strip() == "2.99.0"
     assert {p: p.read_bytes() for p in torch_files} == before
 
-    done = run("tools/test_gpu.py", "--setup", "--wheelhouse", house, "--requirements", suite)
+    done = run("-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", suite)
     assert done.returncode == 0 and "$ " not in done.stdout and "none missing" in done.stdout, "nothing left to add"
 
 
@@ -439,8 +436,7 @@ def test_make_test_gpu_in_an_existing_environment_and_make_wheelhouse():
 
 # ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right answer its points ----
 def _grade_module():
-    sys.path.insert(0, str(ROOT / "tools"))
-    import grade  # tools/grade.py
+    from coursetools import grade
 
     return grade
 

@@ -207,7 +207,7 @@ def test_the_classroom_loop(tmp_path):
 
     # Lesson 09 in the same class: alice's capstone, graded as above; the class table (tools/grade.py) shows the
     # speed-up her program measured on this machine beside her score, never in it.
-    import grade  # tools/grade.py
+    from coursetools import grade
 
     capstone = "09_make_it_fast"
     room.nbgrader("instructor", "generate_assignment", capstone, "--force")
@@ -228,7 +228,7 @@ def test_the_class_table_ranks_lesson_09_by_the_speed_up_each_submission_measure
     `make grade` (tools/grade.py) reads it from each autograded notebook, shows it beside the score and ranks the
     class by it. A submission that printed none (its program failed first) shows "-", last. Never graded: the
     scores stay what the tests gave (lesson 09's autograde runs in tests/test_grading.py)."""
-    import grade  # tools/grade.py
+    from coursetools import grade
 
     cell = next(c for c in ck.read(ck.solution_path("09_make_it_fast")).cells if "speed-up over the baseline" in c.source)
     assert 'f"fast_train speed-up over the baseline: {speedup:.2f}x on ' in cell.source, "the line grade.SPEEDUP reads"

@@ -37,7 +37,7 @@ from nbgrader.preprocessors import Execute, OverwriteCells
 from nbgrader.preprocessors import SaveAutoGrades as _SaveAutoGrades
 from traitlets import Bool, Integer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOL = "bwrap"
 UNSANDBOXED = "--GradingExecute.sandbox=False"
 WHY = (
