@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ANSI = re.compile(r"(?:\x1b|&#x1[bB];?|#x1[bB])\[[0-9;?]*[A-Za-z]")  # raw, or escaped in JUnit XML
 
 
 def strip_ansi(text: str) -> str:
