@@ -5,7 +5,6 @@ warning. The GPU path itself runs on a GPU runner."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re

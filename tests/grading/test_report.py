@@ -21,8 +21,10 @@ import sys
 import warnings
 from pathlib import Path
 
+import browserkit
 import coursekit as ck
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from coursetools import grade
@@ -264,3 +266,26 @@ def check_feedback(course: Path, lesson: str, student: str) -> None:
     assert switched.returncode == 0, switched.stderr
     text = page_text((course / "feedback-shown" / student / lesson / f"{name}.html").read_text())
     assert all(line in text for line in hidden), "with the switch off, the feedback shows the hidden tests"
+
+
+def test_class_report_in_chromium(tmp_path):
+    """The class report opens in a real browser from its file, alone, with its plot drawn."""
+    reason = browserkit.why_no_browser()
+    if reason:
+        pytest.skip(reason)
+    page_path, _, data = report.write(synthetic_course(tmp_path), ASSIGNMENT)
+    with browserkit.chromium_page() as page:
+        asked = []
+        page.on("request", lambda request: asked.append(request.url))
+        page.goto(page_path.as_uri())
+        plot = page.locator("img#scores")
+        plot.scroll_into_view_if_needed()
+        drawn = plot.evaluate("img => img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.width] : null")
+        heading = page.locator("h1").inner_text()
+        browserkit.ARTIFACTS.mkdir(exist_ok=True)
+        shot = browserkit.ARTIFACTS / "class-report.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert drawn and drawn[1] > 300, f"the score histogram is drawn in the page (natural and shown width: {drawn})"
+    assert heading == f"{ASSIGNMENT}: class report"
+    assert all(url.startswith(("file:", "data:")) for url in asked), f"the page fetched something else: {asked}"
+    print(f"\nclass report of {len(data['students'])} submissions: plot {drawn[0]} px wide; {shot.relative_to(ck.ROOT)}")

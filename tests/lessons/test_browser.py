@@ -14,9 +14,6 @@ idle, saves it from the menu and reads back what the learner saw:
 - then the learner types the answers of the two exercises the lesson's plot needs into their cells and runs from
   the first of them down to the plot (Shift+Enter): those test cells pass and the plot renders in the page.
 
-The class report (tools/report.py, of tests/test_report.py's small class) opens from its file in the same Chromium,
-alone (nothing fetched), with its score histogram drawn.
-
 The solution notebook is not run here: `tests/test_nbval.py` runs every cell of it; what only a browser shows
 (cells render, the kernel runs from the UI, a plot renders, edits run) is the student test's.
 
@@ -41,17 +38,13 @@ import urllib.request
 from pathlib import Path
 
 import coursekit as ck
+from browserkit import chromium_page, screenshot, why_no_browser
 import nbformat
 import pytest
 
 LESSON = "01_verify_gpu"
 PLOT_NEEDS = ("stopwatch", "matmul_tflops")  # the exercises whose answers the lesson's plot (plots.bars(rates...)) uses
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]  # the last: containers' small /dev/shm
-ARTIFACTS = ck.ROOT / "test-artifacts"
 DOCS_SCREENSHOT = ck.ROOT / "docs" / "lesson01-jupyterlab.png"
-VIEWPORT = {"width": 1280, "height": 800}
 RUN_TIMEOUT_S = 300  # the lesson's cells take about 45 s on 2 cores; TensorFlow's first import is the slow part
 # What JupyterLab needs to know before it starts: show every cell in the page (no windowing, so every cell
 # is in the DOM to check), and never ask about or fetch news from the network.
@@ -61,16 +54,6 @@ LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def _why_no_browser() -> str | None:
-    if not CHROMIUM.exists():
-        return f"no Chromium at {CHROMIUM}: `apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright for Python is not installed: `pip install -e '.[course]'`"
-    return None
 
 
 def _free_port() -> int:
@@ -120,24 +103,6 @@ def jupyter_lab(root: Path, scratch: Path):
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
-
-
-@contextlib.contextmanager
-def chromium_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(60_000)
-        try:
-            yield page
-        except BaseException:
-            with contextlib.suppress(Exception):
-                screenshot(page, "browser-failure.png")  # what the page showed when the test failed
-            raise
-        finally:
-            browser.close()
 
 
 def open_notebook(page, base: str, token: str, relpath: str) -> None:
@@ -241,13 +206,6 @@ def select_cell(page, index: int) -> None:
     cell.locator(".jp-InputPrompt").first.click()
 
 
-def screenshot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path))
-    return path
-
-
 def scratch_lesson(tmp: Path) -> Path:
     """The lesson's student notebook, copied: the repository's notebooks are never written."""
     root = tmp / "course"
@@ -258,7 +216,7 @@ def scratch_lesson(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    reason = _why_no_browser()
+    reason = why_no_browser()
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("browser")
@@ -368,32 +326,6 @@ def test_student_notebook_in_jupyterlab(lab):
     print(f"\nstudent notebook: {len(nb.cells)} cells rendered, Run All in {took:.0f} s, {rounds} more runs, "
           f"errors in {[c.metadata.get('nbgrader', {}).get('grade_id') or i for i, c in cells if error_of(c)]}; "
           f"screenshots {shot.relative_to(ck.ROOT)}, {plot_shot.relative_to(ck.ROOT)}")
-
-
-def test_class_report_in_chromium(tmp_path):
-    """The class report (tools/report.py) opens in a real browser from its file, alone, with its plot drawn."""
-    reason = _why_no_browser()
-    if reason:
-        pytest.skip(reason)
-    from coursetools import report
-    import test_report
-
-    page_path, _, data = report.write(test_report.synthetic_course(tmp_path), test_report.ASSIGNMENT)
-    with chromium_page() as page:
-        asked = []
-        page.on("request", lambda request: asked.append(request.url))
-        page.goto(page_path.as_uri())
-        plot = page.locator("img#scores")
-        plot.scroll_into_view_if_needed()
-        drawn = plot.evaluate("img => img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.width] : null")
-        heading = page.locator("h1").inner_text()
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "class-report.png"
-        page.screenshot(path=str(shot), full_page=True)
-    assert drawn and drawn[1] > 300, f"the score histogram is drawn in the page (natural and shown width: {drawn})"
-    assert heading == f"{test_report.ASSIGNMENT}: class report"
-    assert all(url.startswith(("file:", "data:")) for url in asked), f"the page fetched something else: {asked}"
-    print(f"\nclass report of {len(data['students'])} submissions: plot {drawn[0]} px wide; {shot.relative_to(ck.ROOT)}")
 
 
 def docs_screenshot() -> Path:

@@ -1,0 +1,49 @@
+"""What the browser tests share: Debian's Chromium driven by Playwright, and their screenshots."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import coursekit as ck
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]  # the last: containers' small /dev/shm
+ARTIFACTS = ck.ROOT / "test-artifacts"
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+def why_no_browser() -> str | None:
+    if not CHROMIUM.exists():
+        return f"no Chromium at {CHROMIUM}: `apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed: `pip install -e '.[course]'`"
+    return None
+
+
+@contextlib.contextmanager
+def chromium_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(60_000)
+        try:
+            yield page
+        except BaseException:
+            with contextlib.suppress(Exception):
+                screenshot(page, "browser-failure.png")  # what the page showed when the test failed
+            raise
+        finally:
+            browser.close()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path))
+    return path
