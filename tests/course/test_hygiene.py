@@ -139,8 +139,8 @@ INTERNAL = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w/&])#\d+(?![\w;])|\breview(s
 def test_no_text_mentions_issue_numbers_or_reviews():
     root = ck.ROOT
     texts = [*root.glob("solutions/*/*.ipynb"), *root.glob("notebooks/*/*.ipynb"), root / "README.md",
-             root / "CONTRIBUTING.md", *root.glob("utils/gpucourse/*.py"), *root.glob("tools/*.py"),
-             *root.glob("tests/*.py"), *root.glob("tests/fixtures/*/*.py")]
+             root / "CONTRIBUTING.md", *root.glob("utils/gpucourse/*.py"), *root.glob("tools/**/*.py"),
+             *root.glob("tests/**/*.py")]
     texts.remove(Path(__file__))  # the pattern above
     found = []
     for path in texts:

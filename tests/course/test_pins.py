@@ -209,7 +209,7 @@ os.chmod(venv + "/bin/python", 0o755)
 @pytest.fixture
 def checkout(tmp_path):
     """A scratch copy of what the set-up reads, a fake base Python, and a bin/ for a fake nvidia-smi."""
-    for name in ("Makefile", "pyproject.toml", "tools/jupyterlab-overrides.json"):
+    for name in ("Makefile", "pyproject.toml", "tools/pyproject.toml", "tools/jupyterlab-overrides.json"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text((ck.ROOT / name).read_text())
     (tmp_path / "bin").mkdir()
@@ -239,7 +239,7 @@ def test_no_nvidia_gpu_means_the_cpu_set(checkout):
     result, installs = make(checkout)
     assert result.returncode == 0, result.stderr
     assert "the cpu set (nvidia-smi lists no NVIDIA GPU here" in result.stdout
-    assert installs == ["-m pip install --quiet -e .[course]"]
+    assert installs == ["-m pip install --quiet -e .[course]", "-m pip install --quiet -e tools"]
     assert (checkout / ".venv" / ".gpucourse-set").read_text().strip() == "cpu"
     overrides = checkout / ".venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "gpucourse.json"
     assert json.loads(overrides.read_text()) == json.loads((checkout / "tools" / "jupyterlab-overrides.json").read_text())
@@ -249,7 +249,7 @@ def test_a_gpu_that_nvidia_smi_lists_means_the_gpu_set(checkout):
     result, installs = make(checkout, gpu_listed="NVIDIA H100 80GB HBM3")
     assert "the gpu set (nvidia-smi lists GPU 0: NVIDIA H100 80GB HBM3;" in result.stdout, result.stdout + result.stderr
     index = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["gpucourse"]["gpu-index"]
-    assert installs == [f"-m pip install --quiet --extra-index-url {index} -e .[course,gpu]"]
+    assert installs == [f"-m pip install --quiet --extra-index-url {index} -e .[course,gpu]", "-m pip install --quiet -e tools"]
 
 
 @pytest.mark.parametrize(("flag", "listed", "chosen"), [("GPU=0", "NVIDIA H100", "cpu"), ("GPU=1", None, "gpu")])

@@ -422,15 +422,15 @@ def test_make_test_gpu_in_an_existing_environment_and_make_wheelhouse():
         return [line for line in done.stdout.splitlines() if not line.startswith("course environment:")]
 
     preflight, setup, run = dry("test-gpu", "ENV=system", "WHEELHOUSE=/w", "GPU_ARGS=02_tensors_on_device --require-all")
-    python = preflight.split()[0]
+    python = preflight.split()[1]  # PYTHONPATH=tools python3 -m coursetools.gpurun ...
     assert "/.venv/" not in python and os.path.basename(python).startswith("python3"), "the system's python3, not .venv's"
-    assert setup == f"{python} tools/test_gpu.py --setup --wheelhouse /w"
-    assert run == f"{python} tools/test_gpu.py 02_tensors_on_device --require-all"
-    assert dry("test-gpu", f"PYTHON={sys.executable}")[1:] == [f"{sys.executable} tools/test_gpu.py --setup ",
-                                                              f"{sys.executable} tools/test_gpu.py "]
+    assert setup == f"PYTHONPATH=tools {python} -m coursetools.gpurun --setup --wheelhouse /w"
+    assert run == f"PYTHONPATH=tools {python} -m coursetools.gpurun 02_tensors_on_device --require-all"
+    assert dry("test-gpu", f"PYTHON={sys.executable}")[1:] == [f"PYTHONPATH=tools {sys.executable} -m coursetools.gpurun --setup ",
+                                                              f"PYTHONPATH=tools {sys.executable} -m coursetools.gpurun "]
     assert "holds no PyTorch: add ENV=system" in dry("test-gpu", "WHEELHOUSE=/w")[1], "a wheelhouse alone builds no .venv"
     assert dry("wheelhouse", "WHEELHOUSE=/w", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64")[1].endswith(
-        "tools/test_gpu.py --download /w --python-version 3.12 --platform manylinux_2_28_x86_64")
+        "-m coursetools.gpurun --download /w --python-version 3.12 --platform manylinux_2_28_x86_64")
 
 
 # ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right answer its points ----
