@@ -343,7 +343,8 @@ def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_n
     the wheelhouse holds the suite (here two small packages), and a torch 3.0 pip would happily upgrade to."""
     offline = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k.lower() not in {"http_proxy", "https_proxy"}}
     offline.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_NO_INPUT="1",
-                   PIP_DISABLE_PIP_VERSION_CHECK="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9")
+                   PIP_DISABLE_PIP_VERSION_CHECK="1", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
+                   PYTHONPATH=str(ROOT / "tools"))  # as `make test-gpu` runs it: the runner from the checkout
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", env], check=True)
     python = str(env / "bin" / "python")
