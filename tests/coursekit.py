@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,15 +11,20 @@ from pathlib import Path
 
 import nbformat
 import tomllib
+from coursetools import notebooks as make_notebooks
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-from coursetools import notebooks as make_notebooks
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CHECKED = "nbval-check-output"
-CLASSROOM_LESSON = "01_verify_gpu"  # autograded in tests/test_classroom.py, so test_autograde leaves it out
+CLASSROOM_LESSON = (
+    "01_verify_gpu"  # autograded in tests/test_classroom.py, so test_autograde leaves it out
+)
 # A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as autograde records it.
-CELL_WARNING = re.compile(r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)")
+CELL_WARNING = re.compile(
+    r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)"
+)
 WARNINGS_ON = "default::DeprecationWarning,default::FutureWarning"  # PYTHONWARNINGS while grading: show them all
 
 
@@ -49,7 +55,12 @@ def nbgrader_cells(nb, kind: str) -> list:
     out = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if kind == "answer" and meta.get("solution") and not meta.get("grade") and cell.cell_type == "code":
+        if (
+            kind == "answer"
+            and meta.get("solution")
+            and not meta.get("grade")
+            and cell.cell_type == "code"
+        ):
             out.append(cell)
         elif kind == "test" and meta.get("grade") and not meta.get("solution"):
             out.append(cell)
@@ -78,7 +89,10 @@ def fixtures(lesson: str | None = None) -> list[Fixture]:
     found = []
     for path in sorted(FIXTURES.glob(f"{lesson or '*'}/*.py")):
         parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
-        answers = {grade_id: source.strip("\n") for grade_id, source in zip(parts[1::2], parts[2::2], strict=True)}
+        answers = {
+            grade_id: source.strip("\n")
+            for grade_id, source in zip(parts[1::2], parts[2::2], strict=True)
+        }
         found.append(Fixture(path.parent.name, path.stem, answers))
     return found
 
@@ -97,13 +111,21 @@ def submission_from(student_nb, answers: dict[str, str]):
 def solution_answers(lesson: str) -> dict[str, str]:
     """The solution's source of every answer cell, with nbgrader's markers removed."""
     out = {}
-    for cell in nbgrader_cells(read(solution_path(lesson)), "answer") + nbgrader_cells(read(solution_path(lesson)), "written"):
-        lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line]
+    for cell in nbgrader_cells(read(solution_path(lesson)), "answer") + nbgrader_cells(
+        read(solution_path(lesson)), "written"
+    ):
+        lines = [
+            line
+            for line in cell.source.splitlines()
+            if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
+        ]
         out[cell.metadata.nbgrader.grade_id] = "\n".join(lines)
     return out
 
 
-def autograde_problems(course: Path, lesson: str, submitted: dict[str, tuple[Path, bytes, set[str] | None]]) -> list[str]:
+def autograde_problems(
+    course: Path, lesson: str, submitted: dict[str, tuple[Path, bytes, set[str] | None]]
+) -> list[str]:
     """What autograde got wrong for ``submitted`` (student -> (file, its bytes before, the answers it gets wrong;
     None: untouched)): each test cell scores full marks, or 0 where its answer is wrong (every cell when untouched),
     a written answer waits for the instructor (an unanswered one scores 0 by itself), and no submission is changed."""
@@ -119,19 +141,27 @@ def autograde_problems(course: Path, lesson: str, submitted: dict[str, tuple[Pat
             score, max_score, _ = got[grade_id]
             expected = 0 if wrong is None or answer_of(grade_id, answer_ids) in wrong else max_score
             if score != expected:
-                problems.append(f"{student}: test cell {grade_id} scored {score}, expected {expected}")
+                problems.append(
+                    f"{student}: test cell {grade_id} scored {score}, expected {expected}"
+                )
         for cell in nbgrader_cells(source, "written"):
             score, _, needs_manual = got[cell.metadata.nbgrader.grade_id]
             if wrong is None and (score != 0 or needs_manual):
                 problems.append(f"{student}: an unanswered written question must score 0 by itself")
             if wrong is not None and not needs_manual:
-                problems.append(f"{student}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor")
+                problems.append(
+                    f"{student}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor"
+                )
     return problems
 
 
 def cell_warning(graded_notebook: Path) -> str | None:
     """The first DeprecationWarning or FutureWarning in an autograded notebook's outputs, if any."""
-    text = "\n".join(str(output.get("text", "")) for cell in read(graded_notebook).cells for output in cell.get("outputs", []))
+    text = "\n".join(
+        str(output.get("text", ""))
+        for cell in read(graded_notebook).cells
+        for output in cell.get("outputs", [])
+    )
     found = CELL_WARNING.search(text)
     return found.group(0) if found else None
 
@@ -153,7 +183,11 @@ def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.Complet
         quiet += sandbox_switch()
     return subprocess.run(
         [sys.executable, "-m", "nbgrader", *args, *quiet],
-        cwd=course, env=env(), capture_output=True, text=True, check=check,
+        cwd=course,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=check,
     )
 
 
@@ -184,10 +218,75 @@ def scores(course: Path, lesson: str, student: str) -> dict[str, tuple[float | N
     return scores_of(course, lesson, solution_path(lesson).name, student)
 
 
-def scores_of(course: Path, assignment: str, name: str, student: str) -> dict[str, tuple[float | None, float, bool]]:
+def scores_of(
+    course: Path, assignment: str, name: str, student: str
+) -> dict[str, tuple[float | None, float, bool]]:
     """grade_id -> (score, max score, needs manual grade) from the gradebook."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         notebook = gb.find_submission_notebook(Path(name).stem, assignment, student)
         return {g.name: (g.score, g.max_score, g.needs_manual_grade) for g in notebook.grades}
+
+
+# ---- a small assignment graded with the course's real nbgrader_config.py (seconds, not a lesson's minutes) ----
+
+SANDBOX_ASSIGNMENT, SANDBOX_NAME = "00_sandbox", "sandbox.ipynb"
+# exercise -> (the right body, a visible (argument, result), a hidden (argument, result))
+SANDBOX_EXERCISES = {
+    "double": ("2 * x", (1, 2), (3, 6)),
+    "square": ("x * x", (2, 4), (3, 9)),
+    "negate": ("-x", (1, -1), (3, -3)),
+}
+
+
+def sandbox_source() -> nbformat.NotebookNode:
+    """The small assignment's source: three one-line exercises, each with a visible and a hidden test."""
+    cells = [new_markdown_cell("# Three small exercises")]
+    for name, (body, (arg, result), (hidden, hidden_result)) in SANDBOX_EXERCISES.items():
+        answer = new_code_cell(
+            f"def {name}(x):\n    ### BEGIN SOLUTION\n    return {body}\n    ### END SOLUTION"
+        )
+        answer.metadata.nbgrader = {
+            "grade": False,
+            "solution": True,
+            "locked": False,
+            "grade_id": name,
+            "schema_version": 3,
+        }
+        test = new_code_cell(
+            f"assert {name}({arg}) == {result}\n"
+            f"### BEGIN HIDDEN TESTS\nassert {name}({hidden}) == {hidden_result}\n### END HIDDEN TESTS"
+        )
+        test.metadata.nbgrader = {
+            "grade": True,
+            "solution": False,
+            "locked": True,
+            "points": 1,
+            "grade_id": f"test_{name}",
+            "schema_version": 3,
+        }
+        cells += [answer, test]
+    nb = new_notebook(cells=cells)
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def sandbox_course(tmp: Path, source: nbformat.NotebookNode | None = None) -> Path:
+    """A scratch course in ``tmp``/course: the course's nbgrader_config.py (source/ and release/ as its folders)
+    and one assignment, SANDBOX_ASSIGNMENT (``source``, by default sandbox_source()), generated."""
+    course = tmp / "course"
+    (course / "source" / SANDBOX_ASSIGNMENT).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    with open(
+        course / "nbgrader_config.py", "a"
+    ) as config:  # a scratch layout: source/ and release/
+        config.write(
+            '\nc.CourseDirectory.source_directory = "source"'
+            '\nc.CourseDirectory.release_directory = "release"\n'
+        )
+    nbformat.write(
+        source or sandbox_source(), course / "source" / SANDBOX_ASSIGNMENT / SANDBOX_NAME
+    )
+    nbgrader(course, "generate_assignment", SANDBOX_ASSIGNMENT, "--force")
+    return course
