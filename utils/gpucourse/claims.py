@@ -1,10 +1,14 @@
-"""What a lesson says a GPU does, as checks: measured on CUDA, printed with the device, collected by the GPU runner.
+"""What a lesson says a GPU does, as checks: measured on CUDA, printed with the device, collected.
 
-``claim`` checks one statement when the work ran on CUDA and, on any other device, says in one sentence what it
-would check. ``needs`` states a precondition of a lesson's GPU path (two GPUs, a C compiler, a TensorFlow that
-sees the GPU); an unmet one is "not validated on GPU", never passed. Both append one JSON line to the file named by
-``GPUCOURSE_CLAIMS`` when it is set (the runner sets it per lesson). In strict mode (``GPUCOURSE_REQUIRE_GPU=1``)
-a failed claim raises, so the lesson fails; elsewhere it prints the failure and the lesson goes on.
+``claim`` checks one statement when the work ran on CUDA and, on any other device, says in one
+sentence what it would check. ``needs`` states a precondition of a lesson's GPU path (two GPUs, a C
+compiler, a TensorFlow that sees the GPU); an unmet one is "not validated on GPU", never passed.
+Both append one JSON line to the file named by ``GPUCOURSE_CLAIMS`` when it is set (the GPU runner
+sets it per lesson). In strict mode (``GPUCOURSE_REQUIRE_GPU=1``) a failed claim raises, so the
+lesson fails; elsewhere it prints the failure and the lesson goes on. With
+``GPUCOURSE_CLAIMS_DEFER=1`` as well (the GPU runner sets it), a failed claim in strict mode is
+printed and recorded but does not raise: the runner fails the lesson at the end from the record, so
+the claims after it are still measured.
 """
 
 import json
@@ -13,6 +17,7 @@ import os
 from .device import REQUIRE_GPU_VAR, gpu_required
 
 CLAIMS_VAR = "GPUCOURSE_CLAIMS"
+DEFER_VAR = "GPUCOURSE_CLAIMS_DEFER"
 
 
 def _record(entry: dict) -> None:
@@ -22,31 +27,58 @@ def _record(entry: dict) -> None:
             f.write(json.dumps(entry) + "\n")
 
 
-def claim(text: str, measured: float, *, device, at_least: float | None = None, at_most: float | None = None,
-          unit: str = "", source: str = "") -> bool | None:
-    """Check ``at_least <= measured <= at_most`` on CUDA; ``None`` (and one sentence) on any other device."""
+def _deferred() -> bool:
+    return os.environ.get(DEFER_VAR, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def claim(
+    text: str,
+    measured: float,
+    *,
+    device,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    unit: str = "",
+    source: str = "",
+) -> bool | None:
+    """Check ``at_least <= measured <= at_most`` on CUDA; ``None`` and one sentence elsewhere."""
     if at_least is None and at_most is None:
         raise ValueError("a claim needs a bound: at_least=, at_most= or both")
     measured = float(measured)  # a NumPy or 0-d tensor value too; the record is JSON
-    bound = " and ".join(f"{word} {value:g}{unit}" for word, value in (("at least", at_least), ("at most", at_most))
-                         if value is not None)
+    bounds = (("at least", at_least), ("at most", at_most))
+    bound = " and ".join(f"{word} {value:g}{unit}" for word, value in bounds if value is not None)
+    value = f"{measured:.3g}{unit}"
     if str(device).split(":")[0] != "cuda":
-        print(f"On a CUDA GPU this checks: {text} ({bound}; here on {device} it is {measured:.3g}{unit}, not checked).")
+        here = f"here on {device} it is {value}, not checked"
+        print(f"On a CUDA GPU this checks: {text} ({bound}; {here}).")
         return None
     passed = (at_least is None or measured >= at_least) and (at_most is None or measured <= at_most)
-    print(f"GPU claim {'PASS' if passed else 'FAIL'} on {device}: {text}: {measured:.3g}{unit}, expected {bound}"
-          + (f" ({source})" if source else "") + ".")
-    _record({"kind": "claim", "claim": text, "measured": measured, "bound": bound, "unit": unit, "passed": passed,
-             "device": str(device), "source": source})
+    verdict = "PASS" if passed else "FAIL"
+    cited = f" ({source})" if source else ""
+    print(f"GPU claim {verdict} on {device}: {text}: {value}, expected {bound}{cited}.")
+    entry = {"kind": "claim", "claim": text, "measured": measured, "bound": bound, "unit": unit}
+    _record({**entry, "passed": passed, "device": str(device), "source": source})
     if not passed and gpu_required():
-        raise RuntimeError(f"GPU claim failed with {REQUIRE_GPU_VAR}=1: {text}: {measured:.3g}{unit}, expected {bound}.")
+        if _deferred():
+            print(f"{DEFER_VAR}=1: the lesson goes on; the GPU runner fails it at the end.")
+            return passed
+        why = f"GPU claim failed with {REQUIRE_GPU_VAR}=1: {text}: {value}, expected {bound}."
+        raise RuntimeError(why)
     return passed
 
 
 def needs(what: str, met: bool, *, device, why: str = "") -> bool:
-    """State a precondition of the GPU path; on CUDA an unmet one is recorded as not validated. Returns ``met``."""
+    """State a precondition of the GPU path; on CUDA an unmet one is recorded as not validated."""
     if str(device).split(":")[0] == "cuda":
         if not met:
             print(f"Not validated on this GPU: {what}" + (f" ({why})" if why else "") + ".")
-        _record({"kind": "precondition", "what": what, "met": bool(met), "why": why, "device": str(device)})
+        _record(
+            {
+                "kind": "precondition",
+                "what": what,
+                "met": bool(met),
+                "why": why,
+                "device": str(device),
+            }
+        )
     return bool(met)
