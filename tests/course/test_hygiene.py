@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import coursekit as ck
@@ -16,14 +19,18 @@ README = (ck.ROOT / "README.md").read_text()
 def badge_urls(lesson: str) -> tuple[str, str]:
     repo = ck.repository_url().removeprefix("https://github.com/")
     path = f"notebooks/{lesson}/{ck.solution_path(lesson).name}"
-    return (f"https://colab.research.google.com/github/{repo}/blob/main/{path}",
-            f"https://mybinder.org/v2/gh/{repo}/main?urlpath=lab/tree/{path}")
+    return (
+        f"https://colab.research.google.com/github/{repo}/blob/main/{path}",
+        f"https://mybinder.org/v2/gh/{repo}/main?urlpath=lab/tree/{path}",
+    )
 
 
 def test_lesson_folders_are_numbered_topics():
     for lesson in LESSONS:
         assert re.fullmatch(r"\d\d_[a-z0-9_]+", lesson), lesson
-        assert ck.solution_path(lesson).stem == lesson[3:], "the notebook is named after its topic, without the number"
+        assert ck.solution_path(lesson).stem == lesson[3:], (
+            "the notebook is named after its topic, without the number"
+        )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -41,7 +48,9 @@ def test_student_notebook_is_clean(lesson):
     nb = ck.read(ck.student_path(lesson))
     for cell in nb.cells:
         if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, f"{lesson}: student notebooks carry no outputs"
+            assert not cell.outputs and cell.execution_count is None, (
+                f"{lesson}: student notebooks carry no outputs"
+            )
         assert "BEGIN SOLUTION" not in cell.source and "BEGIN HIDDEN TESTS" not in cell.source
 
 
@@ -49,7 +58,9 @@ def test_student_notebook_is_clean(lesson):
 def test_solution_keeps_only_checked_outputs(lesson):
     for cell in ck.read(ck.solution_path(lesson)).cells:
         if cell.cell_type == "code" and ck.CHECKED not in cell.metadata.get("tags", []):
-            assert not cell.outputs, f"{lesson}: only cells tagged {ck.CHECKED} keep outputs in solutions/"
+            assert not cell.outputs, (
+                f"{lesson}: only cells tagged {ck.CHECKED} keep outputs in solutions/"
+            )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -58,18 +69,28 @@ def test_lesson_opens_like_every_lesson(lesson):
     intro = nb.cells[0].source
     assert nb.cells[0].cell_type == "markdown" and intro.startswith("# ")
     title = intro.splitlines()[0]
-    assert not re.match(r"#\s*(Lesson\s*)?\d", title), "the lesson number lives only in the folder name"
+    assert not re.match(r"#\s*(Lesson\s*)?\d", title), (
+        "the lesson number lives only in the folder name"
+    )
     for needle in ("**What you will learn**", "**Prerequisites**", "**Time**", *badge_urls(lesson)):
         assert needle in intro, f"{lesson}: the first cell needs {needle}"
-    assert any(c.cell_type == "markdown" and c.source.startswith("## Recap") for c in nb.cells), "end with a recap"
+    assert any(c.cell_type == "markdown" and c.source.startswith("## Recap") for c in nb.cells), (
+        "end with a recap"
+    )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_setup_cell_is_the_course_one(lesson):
     nb = ck.read(ck.solution_path(lesson))
     setup = next(c for c in nb.cells if c.cell_type == "code")
-    assert f'COURSE_REPO = "{ck.repository_url()}"' in setup.source, "the Colab install names the repository"
-    for needle in ('"google.colab" in sys.modules', "gpucourse.setup_notebook(", "device = gpucourse.choose_device()"):
+    assert f'COURSE_REPO = "{ck.repository_url()}"' in setup.source, (
+        "the Colab install names the repository"
+    )
+    for needle in (
+        '"google.colab" in sys.modules',
+        "gpucourse.setup_notebook(",
+        "device = gpucourse.choose_device()",
+    ):
         assert needle in setup.source
 
 
@@ -87,41 +108,165 @@ def test_exercises_follow_the_conventions(lesson):
     for cell in tests + written:
         assert cell.metadata.nbgrader.get("points", 0) > 0
     for cell in tests:
-        assert "### BEGIN HIDDEN TESTS" in cell.source, f"{cell.metadata.nbgrader.grade_id} needs hidden tests"
+        assert "### BEGIN HIDDEN TESTS" in cell.source, (
+            f"{cell.metadata.nbgrader.grade_id} needs hidden tests"
+        )
         visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
         assert "assert" in visible, "learners get visible tests too"
 
 
+DEMO, GPU_CHECK = "demo", "gpu-check"  # cell tags the grader skips: a demo, a GPU claim's check
+LINE_LIMIT, MEDIAN_LINES, PARAGRAPH_WORDS = 100, 6, 130
+
+
+def _tags(cell) -> list[str]:
+    return cell.metadata.get("tags", [])
+
+
 def _teaching_cells(nb) -> list:
-    """The code cells a reader of the solution reads: every code cell but the test cells."""
+    """The code cells a reader reads: all but the test cells and the collapsed GPU checks."""
     tests = {id(c) for c in ck.nbgrader_cells(nb, "test")}
-    return [c for c in nb.cells if c.cell_type == "code" and id(c) not in tests]
+    return [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and id(c) not in tests and GPU_CHECK not in _tags(c)
+    ]
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_cells_are_short(lesson):
-    cells = _teaching_cells(ck.read(ck.solution_path(lesson)))  # the solutions: what a reader of the course sees
+    cells = _teaching_cells(ck.read(ck.solution_path(lesson)))  # what a reader of the course sees
     lengths = sorted(len(c.source.splitlines()) for c in cells)
-    assert lengths[len(lengths) // 2] <= 7, f"a median of about six lines a code cell, not {lengths[len(lengths) // 2]}"
-    # A long cell needs a reason: the only one the course accepts is a script the lesson writes to a file.
-    long = [c.source.splitlines()[0] for c in cells if len(c.source.splitlines()) > 25 and not c.source.startswith("%%writefile")]
-    assert not long, f"cells over 25 lines (split them, or write the script with %%writefile): {long}"
+    median = lengths[len(lengths) // 2]
+    assert median <= MEDIAN_LINES, (
+        f"{lesson}: a median of at most six lines a code cell, not {median}"
+    )
+    # A long cell needs a reason: the only one the course accepts is a script written to a file.
+    long = [
+        c.source.splitlines()[0]
+        for c in cells
+        if len(c.source.splitlines()) > 25 and not c.source.startswith("%%writefile")
+    ]
+    assert not long, (
+        f"cells over 25 lines (split them, or write the script with %%writefile): {long}"
+    )
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_student_code_fits_the_page(lesson):
+    """JupyterLab and Colab show about 100 columns of code without scrolling sideways."""
+    long = [
+        f"cell {i}: {line[:60]}... ({len(line)} characters)"
+        for i, cell in enumerate(ck.read(ck.student_path(lesson)).cells)
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+        if len(line) > LINE_LIMIT
+    ]
+    assert not long, f"{lesson}: code lines over {LINE_LIMIT} characters:\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_plumbing_stays_out_of_the_lesson_code(lesson):
+    """Demos carry the `demo` tag instead of an `if not grading:` in the code; a GPU claim lives
+    in its own `gpu-check` cell; neither appears in a cell a learner reads as the lesson."""
+    found = []
+    for i, cell in enumerate(ck.read(ck.student_path(lesson)).cells):
+        if cell.cell_type != "code":
+            continue
+        tags = _tags(cell)
+        if "is_grading" in cell.source and not {DEMO, GPU_CHECK} & set(tags):
+            found.append(f"cell {i}: is_grading() in a cell without the {DEMO!r} tag")
+        if re.search(r"\b(claim|needs)\(", cell.source) and GPU_CHECK not in tags:
+            found.append(f"cell {i}: a GPU claim outside a {GPU_CHECK!r} cell")
+    assert not found, f"{lesson}:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_gpu_checks_are_collapsed_in_jupyterlab_and_colab(lesson):
+    checks = [c for c in ck.read(ck.student_path(lesson)).cells if GPU_CHECK in _tags(c)]
+    for cell in checks:
+        first = cell.source.splitlines()[0] if cell.source else ""
+        where = f"{lesson}: the GPU check {first!r}"
+        assert cell.cell_type == "code", where
+        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, (
+            f"{where}: collapse it"
+        )
+        assert cell.metadata.get("cellView") == "form", f"{where}: Colab's form view hides it"
+        assert re.fullmatch(r"# ?@title GPU check: \S.{8,}", first), f"{where}: a #@title line"
+        assert re.search(r"\b(claim|needs)\(", cell.source), f"{where}: holds no claim"
+        assert len(cell.source.splitlines()) <= 12, f"{where}: a check stays short"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_code_is_formatted_by_ruff(lesson):
+    """ruff formats notebooks (pyproject's 100 columns); `make lint` runs the same check."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed here: `pip install -e '.[course]'`")
+    path = ck.solution_path(lesson)
+    result = subprocess.run(
+        [ruff, "format", "--check", "--diff", str(path)],
+        cwd=ck.ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, (
+        f"`ruff format {path.relative_to(ck.ROOT)}`:\n{result.stdout[-3000:]}"
+    )
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """What a reader takes in as one piece: a paragraph, a list item or a table row; no code."""
+    markdown = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    markdown = re.sub(r"\]\([^)]*\)", "]", markdown)  # a link's address is not read
+    units = []
+    for block in re.split(r"\n\s*\n", markdown):
+        for unit in re.split(r"\n(?=\s*(?:[-*+] |\d+\. |\|))", block):
+            if unit.strip():
+                units.append(unit)
+    return units
+
+
+def test_paragraphs_are_counted_as_a_reader_reads_them():
+    text = (
+        "One two three.\n\n- a b\n- c d e\n\n| x | y |\n|---|---|\n\n```\ncode\n```\n[w](h/t/t/p)"
+    )
+    assert [len(p.split()) for p in paragraphs(text)] == [3, 3, 4, 5, 1, 1]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_paragraphs_hold_one_idea(lesson):
+    """No paragraph over about 120 words (the test allows 130): one idea a paragraph."""
+    long = [
+        f"cell {i}: {unit.split()[:8]}... ({len(unit.split())} words)"
+        for i, cell in enumerate(ck.read(ck.solution_path(lesson)).cells)
+        if cell.cell_type == "markdown"
+        for unit in paragraphs(cell.source)
+        if len(unit.split()) > PARAGRAPH_WORDS
+    ]
+    assert not long, f"{lesson}: paragraphs over {PARAGRAPH_WORDS} words:\n" + "\n".join(long)
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_no_deprecated_api(lesson):
-    code = "\n".join(c.source for c in ck.read(ck.solution_path(lesson)).cells if c.cell_type == "code")
+    code = "\n".join(
+        c.source for c in ck.read(ck.solution_path(lesson)).cells if c.cell_type == "code"
+    )
     for old in ("torch.cuda.amp.", "tensorflow-gpu", "tf.compat.v1", "torch.cuda.OutOfMemoryError"):
         assert old not in code, f"{lesson} uses {old}: use the current API"
 
 
 def test_readme_table_lists_every_lesson():
     rows = [line for line in README.splitlines() if re.match(r"\|\s*\d\d\s*\|", line)]
-    assert [re.match(r"\|\s*(\d\d)", row).group(1) for row in rows] == [lesson[:2] for lesson in LESSONS]
+    assert [re.match(r"\|\s*(\d\d)", row).group(1) for row in rows] == [
+        lesson[:2] for lesson in LESSONS
+    ]
     for lesson, row in zip(LESSONS, rows, strict=True):
         title = ck.read(ck.solution_path(lesson)).cells[0].source.splitlines()[0].removeprefix("# ")
         assert f"[{title}](notebooks/{lesson}/{ck.solution_path(lesson).name})" in row
-        assert f"(solutions/{lesson}/{ck.solution_path(lesson).name})" in row, "link the solution too"
+        assert f"(solutions/{lesson}/{ck.solution_path(lesson).name})" in row, (
+            "link the solution too"
+        )
         colab, binder = badge_urls(lesson)
         assert colab in row and binder in row
 
@@ -131,21 +276,32 @@ def test_readme_starts_with_the_two_commands():
     assert "make lab" in head and "make test" in head
 
 
-# A tracker number (the word "issue" and a number, or a hash and a number) or a reference to expert reads of the
-# course is project-internal: a learner or a user cannot follow it.
-INTERNAL = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w/&])#\d+(?![\w;])|\breview(s|ed|er|ers)?\b", re.I)
+# A tracker number (the word "issue" and a number, or a hash and a number) or a reference to expert
+# reads of the course is project-internal: a learner or a user cannot follow it.
+INTERNAL = re.compile(
+    r"\bissues?\s*#?\s*\d+|(?<![\w/&])#\d+(?![\w;])|\breview(s|ed|er|ers)?\b", re.I
+)
 
 
 def test_no_text_mentions_issue_numbers_or_reviews():
     root = ck.ROOT
-    texts = [*root.glob("solutions/*/*.ipynb"), *root.glob("notebooks/*/*.ipynb"), root / "README.md",
-             root / "CONTRIBUTING.md", *root.glob("utils/gpucourse/*.py"), *root.glob("tools/**/*.py"),
-             *root.glob("tests/**/*.py")]
+    texts = [
+        *root.glob("solutions/*/*.ipynb"),
+        *root.glob("notebooks/*/*.ipynb"),
+        root / "README.md",
+        root / "CONTRIBUTING.md",
+        *root.glob("utils/gpucourse/*.py"),
+        *root.glob("tools/**/*.py"),
+        *root.glob("tests/**/*.py"),
+    ]
     texts.remove(Path(__file__))  # the pattern above
     found = []
     for path in texts:
         text = path.read_text()
         if path.suffix == ".ipynb":
             text = "\n".join(cell.source for cell in nbformat.reads(text, as_version=4).cells)
-        found += [f"{path.relative_to(root)}: ...{text[max(0, m.start() - 40):m.end() + 20]!r}" for m in INTERNAL.finditer(text)]
+        found += [
+            f"{path.relative_to(root)}: ...{text[max(0, m.start() - 40) : m.end() + 20]!r}"
+            for m in INTERNAL.finditer(text)
+        ]
     assert not found, "internal references in text learners and users read:\n" + "\n".join(found)
