@@ -155,8 +155,10 @@ report: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make report LESSON=NN_topic"; exit 2; }
 	$(BIN)/python -m coursetools.report $(LESSON)
 
+# The lessons' code too: ruff formats notebooks at pyproject's 100 columns (tests/course/test_hygiene.py checks it).
 lint: $(STAMP)
 	$(BIN)/ruff check utils tests tools
+	$(BIN)/ruff format --check utils tests tools solutions/*/*.ipynb
 
 clean:
 	rm -rf gradebook.db submitted autograded feedback .pytest_cache
