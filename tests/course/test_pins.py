@@ -8,14 +8,18 @@ import sys
 import coursekit as ck
 import pytest
 import tomllib
-
 from coursetools import pins as sync_pins
 
 PROJECT = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_derived_files_are_up_to_date():
-    result = subprocess.run([sys.executable, "-m", "coursetools.pins", "--check"], cwd=ck.ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "coursetools.pins", "--check"],
+        cwd=ck.ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -27,7 +31,9 @@ def test_the_course_extra_pins_every_package_exactly():
 def test_the_helper_itself_never_names_a_framework():
     names = {sync_pins.package_name(r.replace(">=", "==")) for r in PROJECT["dependencies"]}
     assert not names & {"torch", "tensorflow", "torchvision", "nvidia-dali-cuda120"}
-    assert all("==" not in r for r in PROJECT["dependencies"]), "the helper's own requirements stay loose"
+    assert all("==" not in r for r in PROJECT["dependencies"]), (
+        "the helper's own requirements stay loose"
+    )
 
 
 def test_environment_yml_and_binder_carry_the_same_pins():
@@ -47,94 +53,155 @@ def test_environment_gpu_yml_carries_the_gpu_set_and_its_index():
     for pin in sync_pins.gpu_pins():
         assert f'"{pin}"' in env
     assert f"--extra-index-url {sync_pins.gpu_index()}" in env
-    assert len({sync_pins.package_name(p) for p in sync_pins.gpu_pins()}) == len(sync_pins.gpu_pins()), "one pin a package"
+    assert len({sync_pins.package_name(p) for p in sync_pins.gpu_pins()}) == len(
+        sync_pins.gpu_pins()
+    ), "one pin a package"
 
 
 def test_the_gpu_set_names_one_cuda_major():
-    """Every GPU-set pin that names a CUDA build (nvidia-dali-cuda120, torch +cu128, PyTorch's index) names the same one."""
-    majors = {sync_pins.package_name(pin): sync_pins.cuda_major(sync_pins.package_name(pin), pin.split(";")[0])
-              for pin in sync_pins.gpu_pins()}
-    majors["PyTorch's index"] = sync_pins.cuda_major("", "+" + sync_pins.gpu_index().rstrip("/").rsplit("/", 1)[1])
+    """Every GPU-set pin that names a CUDA build (nvidia-dali-cuda120, torch +cu128, PyTorch's
+    index) names the same one."""
+    majors = {
+        sync_pins.package_name(pin): sync_pins.cuda_major(
+            sync_pins.package_name(pin), pin.split(";")[0]
+        )
+        for pin in sync_pins.gpu_pins()
+    }
+    majors["PyTorch's index"] = sync_pins.cuda_major(
+        "", "+" + sync_pins.gpu_index().rstrip("/").rsplit("/", 1)[1]
+    )
     named = {name: major for name, major in majors.items() if major}
     assert {"torch", "torchvision", "nvidia-dali-cuda120", "PyTorch's index"} <= set(named), named
     assert len(set(named.values())) == 1, f"the GPU set mixes CUDA majors: {named}"
 
 
 def test_the_gpu_set_names_a_torch_build_pytorch_publishes():
-    """docs/pytorch-cuda-builds.toml lists the CUDA builds of each release; the GPU set's torch, torchvision and index
-    must be one of them (PyTorch's index is not reachable from CI, so this table is what the pins are checked against)."""
+    """docs/pytorch-cuda-builds.toml lists the CUDA builds of each release; the GPU set's torch,
+    torchvision and index must be one of them (PyTorch's index is not reachable from CI, so this
+    table is what the pins are checked against)."""
     assert sync_pins.unpublished(sync_pins.gpu_pins(), sync_pins.gpu_index()) == []
 
 
-@pytest.mark.parametrize(("pins", "index", "says"), [
-    (["torch==2.14.1+cu128", "torchvision==0.29.1+cu128"], "https://download.pytorch.org/whl/cu128",
-     "PyTorch publishes no cu128 build of torch 2.14.1"),
-    (["torch==2.11.0+cu128", "torchvision==0.29.1+cu128"], "https://download.pytorch.org/whl/cu128",
-     "torchvision 0.29.1+cu128 is not the 0.26.x cu128 build"),
-    (["torch==2.11.0+cu128", "torchvision==0.26.0+cu128"], "https://download.pytorch.org/whl/cu126",
-     "is not PyTorch's cu128 index"),
-    (["torch==2.9.1+cu128", "torchvision==0.24.1+cu128"], "https://download.pytorch.org/whl/cu128",
-     "torch 2.9.1 is not in docs/pytorch-cuda-builds.toml"),
-    (["torch==2.11.0", "torchvision==0.26.0"], "https://download.pytorch.org/whl/cu128", "pins no CUDA build of torch"),
-])
+@pytest.mark.parametrize(
+    ("pins", "index", "says"),
+    [
+        (
+            ["torch==2.14.1+cu128", "torchvision==0.29.1+cu128"],
+            "https://download.pytorch.org/whl/cu128",
+            "PyTorch publishes no cu128 build of torch 2.14.1",
+        ),
+        (
+            ["torch==2.11.0+cu128", "torchvision==0.29.1+cu128"],
+            "https://download.pytorch.org/whl/cu128",
+            "torchvision 0.29.1+cu128 is not the 0.26.x cu128 build",
+        ),
+        (
+            ["torch==2.11.0+cu128", "torchvision==0.26.0+cu128"],
+            "https://download.pytorch.org/whl/cu126",
+            "is not PyTorch's cu128 index",
+        ),
+        (
+            ["torch==2.9.1+cu128", "torchvision==0.24.1+cu128"],
+            "https://download.pytorch.org/whl/cu128",
+            "torch 2.9.1 is not in docs/pytorch-cuda-builds.toml",
+        ),
+        (
+            ["torch==2.11.0", "torchvision==0.26.0"],
+            "https://download.pytorch.org/whl/cu128",
+            "pins no CUDA build of torch",
+        ),
+    ],
+)
 def test_a_build_pytorch_does_not_publish_is_named(pins, index, says):
-    assert any(says in problem for problem in sync_pins.unpublished(pins, index)), sync_pins.unpublished(pins, index)
+    assert any(says in problem for problem in sync_pins.unpublished(pins, index)), (
+        sync_pins.unpublished(pins, index)
+    )
 
 
 def test_the_builds_table_gives_each_build_its_architectures_and_sources():
     text = (ck.ROOT / sync_pins.BUILDS).read_text()
-    assert "RELEASE.md" in text and "pytorch/pytorch#175253" in text, "the table names where it was read"
+    assert "RELEASE.md" in text and "pytorch/pytorch#175253" in text, (
+        "the table names where it was read"
+    )
     for release, facts in sync_pins.published_builds().items():
         assert facts["pypi"] in facts["builds"] and facts["torchvision"].startswith("0."), release
         for build, about in facts["builds"].items():
-            assert about["cuda"].startswith(f"{build[2:4]}.{build[4]}") and about["architectures"], (release, build)
+            assert (
+                about["cuda"].startswith(f"{build[2:4]}.{build[4]}") and about["architectures"]
+            ), (release, build)
 
 
 def test_the_gpu_set_is_colabs_versions_of_what_the_lessons_import():
-    """One set of versions: the GPU set pins Colab's torch (with Colab's CUDA build), TensorFlow, Keras, numpy, ...,
-    which the Colab set runs every lesson on in `make test`. A refreshed freeze that moves one fails here: choose the
-    GPU set again (CONTRIBUTING, "The two sets")."""
+    """One set of versions: the GPU set pins Colab's torch (with Colab's CUDA build), TensorFlow,
+    Keras, numpy, ..., which the Colab set runs every lesson on in `make test`. A refreshed freeze
+    that moves one fails here: choose the GPU set again (CONTRIBUTING, "The two sets")."""
     colab = sync_pins.freeze()
-    gpu = {sync_pins.package_name(pin): pin.split(";")[0].split("==", 1)[1].strip() for pin in sync_pins.gpu_pins()}
+    gpu = {
+        sync_pins.package_name(pin): pin.split(";")[0].split("==", 1)[1].strip()
+        for pin in sync_pins.gpu_pins()
+    }
     for name in sync_pins.LESSON_LIBRARIES:
-        assert gpu.get(name) == colab[sync_pins.normalized(name)], \
-            f"the GPU set pins {name} {gpu.get(name)}, Colab's runtime has {colab[sync_pins.normalized(name)]}"
+        assert gpu.get(name) == colab[sync_pins.normalized(name)], (
+            f"the GPU set pins {name} {gpu.get(name)}, Colab's runtime has "
+            f"{colab[sync_pins.normalized(name)]}"
+        )
 
 
 def test_the_colab_set_is_the_freezes_versions():
-    colab, course = sync_pins.freeze(), {sync_pins.package_name(pin): pin for pin in sync_pins.course_pins()}
+    colab, course = (
+        sync_pins.freeze(),
+        {sync_pins.package_name(pin): pin for pin in sync_pins.course_pins()},
+    )
     pins = sync_pins.colab_pins()
     for name in sync_pins.LESSON_LIBRARIES + sync_pins.COLAB_KERNEL:
         assert f"{name}=={sync_pins.public(colab[sync_pins.normalized(name)])}" in pins
     for name in sync_pins.COLAB_FROM_COURSE:
         assert sync_pins.normalized(name) not in colab and course[name] in pins
     constraints = sync_pins.colab_constraints()
-    assert "jupyter-core==" + colab["jupyter-core"] in constraints and "tornado==" + colab["tornado"] in constraints
-    assert not [c for c in constraints if c.startswith(("nvidia-cudnn", "nvidia-nccl", "cuda-"))], \
+    assert (
+        "jupyter-core==" + colab["jupyter-core"] in constraints
+        and "tornado==" + colab["tornado"] in constraints
+    )
+    assert not [c for c in constraints if c.startswith(("nvidia-cudnn", "nvidia-nccl", "cuda-"))], (
         "PyTorch's CUDA libraries are PyPI torch's own, not Colab's"
+    )
 
 
 def test_the_freeze_says_where_and_when_it_was_taken():
     source, date = sync_pins.freeze_source()
     assert "googlecolab/backend-info" in source and re.fullmatch(r"20\d\d-\d\d-\d\d", date)
     readme = (ck.ROOT / "README.md").read_text()
-    assert date in readme, f"the README names the date of Colab's freeze the course is tested with ({date})"
+    assert date in readme, (
+        f"the README names the date of Colab's freeze the course is tested with ({date})"
+    )
 
 
 def test_the_readme_names_the_oldest_and_newest_versions_tested_and_the_gpu_sets_build():
     readme, colab = (ck.ROOT / "README.md").read_text(), sync_pins.freeze()
-    oldest = " | ".join(sync_pins.public(colab[name]) for name in ("torch", "tensorflow", "keras", "ipython"))
-    assert f"| {oldest} (ipykernel {colab['ipykernel']})" in readme, f"README's Tested-with row for Colab: {oldest}"
-    course = {sync_pins.package_name(p): p.split(";")[0].split("==")[1] for p in sync_pins.course_pins()}
-    assert f"| {course['torch']} | {course['tensorflow']} |" in readme, "README's Tested-with row for the CPU set"
-    torch = next(p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) == "torch").split("==")[1]
+    oldest = " | ".join(
+        sync_pins.public(colab[name]) for name in ("torch", "tensorflow", "keras", "ipython")
+    )
+    assert f"| {oldest} (ipykernel {colab['ipykernel']})" in readme, (
+        f"README's Tested-with row for Colab: {oldest}"
+    )
+    course = {
+        sync_pins.package_name(p): p.split(";")[0].split("==")[1] for p in sync_pins.course_pins()
+    }
+    assert f"| {course['torch']} | {course['tensorflow']} |" in readme, (
+        "README's Tested-with row for the CPU set"
+    )
+    torch = next(p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) == "torch").split(
+        "=="
+    )[1]
     assert f"PyTorch {torch}" in readme, f"the README names the GPU set's build, PyTorch {torch}"
 
 
 def test_a_changed_freeze_changes_the_colab_requirements(tmp_path):
     (tmp_path / "colab").mkdir()
     (tmp_path / "pyproject.toml").write_text((ck.ROOT / "pyproject.toml").read_text())
-    freeze = (ck.ROOT / sync_pins.FREEZE).read_text().replace("\nkeras==3.13.2\n", "\nkeras==3.99.0\n")
+    freeze = (
+        (ck.ROOT / sync_pins.FREEZE).read_text().replace("\nkeras==3.13.2\n", "\nkeras==3.99.0\n")
+    )
     (tmp_path / sync_pins.FREEZE).write_text(freeze.replace("(2026-08-19,", "(2027-01-02,"))
     outputs = sync_pins.outputs(tmp_path)
     assert "\nkeras==3.99.0\n" in outputs[tmp_path / "colab" / "requirements.txt"]
@@ -145,10 +212,20 @@ def test_a_changed_freeze_changes_the_colab_requirements(tmp_path):
 
 
 def test_cuda_major_reads_the_names_nvidia_and_pytorch_use():
-    assert sync_pins.cuda_major("nvidia-cudnn-cu12") == 12 and sync_pins.cuda_major("nvidia_nccl_cu13") == 13
-    assert sync_pins.cuda_major("nvidia-dali-cuda120") == 12 and sync_pins.cuda_major("nvidia-dali-cuda130") == 13
-    assert sync_pins.cuda_major("torch", "torch==2.14.1+cu128") == 12 and sync_pins.cuda_major("torch", "2.14.1") is None
-    assert sync_pins.cuda_major("nvidia-cublas", "13.1.1.3") == 13  # CUDA 13's wheels drop the suffix
+    assert (
+        sync_pins.cuda_major("nvidia-cudnn-cu12") == 12
+        and sync_pins.cuda_major("nvidia_nccl_cu13") == 13
+    )
+    assert (
+        sync_pins.cuda_major("nvidia-dali-cuda120") == 12
+        and sync_pins.cuda_major("nvidia-dali-cuda130") == 13
+    )
+    assert (
+        sync_pins.cuda_major("torch", "torch==2.14.1+cu128") == 12
+        and sync_pins.cuda_major("torch", "2.14.1") is None
+    )
+    # CUDA 13's wheels drop the suffix
+    assert sync_pins.cuda_major("nvidia-cublas", "13.1.1.3") == 13
     assert sync_pins.cuda_major("nvidia-ml-py") is None and sync_pins.cuda_major("numpy") is None
 
 
@@ -164,17 +241,40 @@ def pypi_reachable() -> bool:
 
 @pytest.mark.slow
 def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
-    """pip resolves the GPU set from PyPI (all but PyTorch's own wheels) and brings nvidia-* packages of one CUDA major."""
+    """pip resolves the GPU set from PyPI (all but PyTorch's own wheels) and brings nvidia-*
+    packages of one CUDA major."""
     if not pypi_reachable():
         pytest.skip("PyPI is not reachable from here")
-    pins = [p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) not in {"torch", "torchvision"}]
+    pins = [
+        p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) not in {"torch", "torchvision"}
+    ]
     report = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                             "--only-binary=:all:", "--python-version", sync_pins.PYTHON, "--report", str(report),
-                             *[f"--platform=manylinux{tag}_x86_64" for tag in ("_2_28", "_2_27", "_2_17", "2014")], *pins],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--only-binary=:all:",
+            "--python-version",
+            sync_pins.PYTHON,
+            "--report",
+            str(report),
+            *[f"--platform=manylinux{tag}_x86_64" for tag in ("_2_28", "_2_27", "_2_17", "2014")],
+            *pins,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    installed = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    installed = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
     nvidia = {name: sync_pins.cuda_major(name, version) for name, version in installed.items()}
     nvidia = {name: major for name, major in nvidia.items() if major}
     assert "nvidia-cudnn-cu12" in nvidia, "tensorflow[and-cuda] brings TensorFlow's CUDA libraries"
@@ -192,7 +292,8 @@ def test_a_changed_pin_changes_the_derived_files(tmp_path):
     assert "tqdm==0.0.0" in outputs[tmp_path / "binder" / "requirements.txt"]
 
 
-# ------------------------------------------------ `make` picks the set (faked nvidia-smi, scratch .venv, no pip)
+# ------------------------------------------------ `make` picks the set (faked nvidia-smi, scratch
+# .venv, no pip)
 FAKE_PYTHON = """#!{python}
 # `python -m venv DIR` makes a .venv whose python logs `-m pip ...` instead of installing; other calls run for real.
 import os, sys
@@ -208,8 +309,14 @@ os.chmod(venv + "/bin/python", 0o755)
 
 @pytest.fixture
 def checkout(tmp_path):
-    """A scratch copy of what the set-up reads, a fake base Python, and a bin/ for a fake nvidia-smi."""
-    for name in ("Makefile", "pyproject.toml", "tools/pyproject.toml", "tools/jupyterlab-overrides.json"):
+    """A scratch copy of what the set-up reads, a fake base Python, and a bin/ for a fake
+    nvidia-smi."""
+    for name in (
+        "Makefile",
+        "pyproject.toml",
+        "tools/pyproject.toml",
+        "tools/jupyterlab-overrides.json",
+    ):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text((ck.ROOT / name).read_text())
     (tmp_path / "bin").mkdir()
@@ -220,15 +327,28 @@ def checkout(tmp_path):
 
 
 def make(checkout, *args, gpu_listed=None, **environ):
-    """`make -s .venv/.gpucourse-installed ARGS` with nvidia-smi listing `gpu_listed` (None: no nvidia-smi at all)."""
+    """`make -s .venv/.gpucourse-installed ARGS` with nvidia-smi listing `gpu_listed` (None: no
+    nvidia-smi at all)."""
     smi = checkout / "bin" / "nvidia-smi"
     smi.unlink(missing_ok=True)
     if gpu_listed:
         smi.write_text(f"#!/bin/sh\necho 'GPU 0: {gpu_listed} (UUID: GPU-5fd4ab3e-0000)'\n")
         smi.chmod(0o755)
     env = {"PATH": f"{checkout / 'bin'}:/usr/bin:/bin", "HOME": str(checkout), **environ}
-    result = subprocess.run(["make", "-s", ".venv/.gpucourse-installed", f"PYTHON={checkout / 'bin' / 'python-fake'}",
-                             *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            "make",
+            "-s",
+            ".venv/.gpucourse-installed",
+            f"PYTHON={checkout / 'bin' / 'python-fake'}",
+            *args,
+        ],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     pip_log = checkout / ".venv" / "pip.log"
     installs = pip_log.read_text().splitlines() if pip_log.exists() else []
     pip_log.unlink(missing_ok=True)
@@ -241,18 +361,38 @@ def test_no_nvidia_gpu_means_the_cpu_set(checkout):
     assert "the cpu set (nvidia-smi lists no NVIDIA GPU here" in result.stdout
     assert installs == ["-m pip install --quiet -e .[course]", "-m pip install --quiet -e tools"]
     assert (checkout / ".venv" / ".gpucourse-set").read_text().strip() == "cpu"
-    overrides = checkout / ".venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "gpucourse.json"
-    assert json.loads(overrides.read_text()) == json.loads((checkout / "tools" / "jupyterlab-overrides.json").read_text())
+    overrides = (
+        checkout
+        / ".venv"
+        / "share"
+        / "jupyter"
+        / "lab"
+        / "settings"
+        / "overrides.d"
+        / "gpucourse.json"
+    )
+    assert json.loads(overrides.read_text()) == json.loads(
+        (checkout / "tools" / "jupyterlab-overrides.json").read_text()
+    )
 
 
 def test_a_gpu_that_nvidia_smi_lists_means_the_gpu_set(checkout):
     result, installs = make(checkout, gpu_listed="NVIDIA H100 80GB HBM3")
-    assert "the gpu set (nvidia-smi lists GPU 0: NVIDIA H100 80GB HBM3;" in result.stdout, result.stdout + result.stderr
-    index = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["gpucourse"]["gpu-index"]
-    assert installs == [f"-m pip install --quiet --extra-index-url {index} -e .[course,gpu]", "-m pip install --quiet -e tools"]
+    assert "the gpu set (nvidia-smi lists GPU 0: NVIDIA H100 80GB HBM3;" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    index = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["gpucourse"][
+        "gpu-index"
+    ]
+    assert installs == [
+        f"-m pip install --quiet --extra-index-url {index} -e .[course,gpu]",
+        "-m pip install --quiet -e tools",
+    ]
 
 
-@pytest.mark.parametrize(("flag", "listed", "chosen"), [("GPU=0", "NVIDIA H100", "cpu"), ("GPU=1", None, "gpu")])
+@pytest.mark.parametrize(
+    ("flag", "listed", "chosen"), [("GPU=0", "NVIDIA H100", "cpu"), ("GPU=1", None, "gpu")]
+)
 def test_gpu_0_and_gpu_1_override_nvidia_smi(checkout, flag, listed, chosen):
     result, installs = make(checkout, flag, gpu_listed=listed)
     assert f"the {chosen} set ({flag} was given)" in result.stdout
@@ -267,7 +407,9 @@ def test_a_wrong_gpu_value_is_refused(checkout):
 def test_an_unrelated_gpu_variable_in_the_shell_is_ignored(checkout):
     result, installs = make(checkout, gpu_listed="NVIDIA L4", GPU="nvidia")
     assert "the gpu set (nvidia-smi lists GPU 0: NVIDIA L4" in result.stdout, result.stderr
-    assert make(checkout, GPU="0")[0].stdout.count("GPU=0 was given") == 1, "GPU=0 exported still decides"
+    assert make(checkout, GPU="0")[0].stdout.count("GPU=0 was given") == 1, (
+        "GPU=0 exported still decides"
+    )
 
 
 def test_switching_sets_rebuilds_the_venv_from_scratch_once(checkout):

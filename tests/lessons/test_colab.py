@@ -1,4 +1,5 @@
-"""The set-up cell on Colab, simulated: it installs the course helper (only) and asks for a GPU runtime.
+"""The set-up cell on Colab, simulated: it installs the course helper (only) and asks for a GPU
+runtime.
 
 Each distinct set-up cell of the lessons runs in a fresh Python process with
 Colab faked around it:
@@ -6,14 +7,15 @@ Colab faked around it:
 - Colab present = a ``google.colab`` module in ``sys.modules`` (what the cell tests);
 - ``gpucourse`` hidden until the cell's ``pip install`` has run (as on a fresh Colab runtime);
 - ``pip`` stubbed: the cell's arguments are recorded, then pip resolves the same request with the
-  repository URL replaced by this checkout, ``--dry-run`` (nothing is installed, the network is not used),
-  and its report says what would be installed;
+  repository URL replaced by this checkout, ``--dry-run`` (nothing is installed, the network is not
+  used), and its report says what would be installed;
 - no GPU attached = ``CUDA_VISIBLE_DEVICES=""``, so it holds on a GPU machine too.
 
-Checked: on Colab the cell installs ``gpucourse`` from the repository named in pyproject.toml before it
-imports it, and nothing else (DALI may be added by a lesson that needs it; never torch, torchvision or
-tensorflow, never ``--upgrade``); without a GPU the device choice prints Colab's "Runtime > Change runtime
-type"; outside Colab it installs nothing and says how to get the helper when it is missing.
+Checked: on Colab the cell installs ``gpucourse`` from the repository named in pyproject.toml before
+it imports it, and nothing else (DALI may be added by a lesson that needs it; never torch,
+torchvision or tensorflow, never ``--upgrade``); without a GPU the device choice prints Colab's
+"Runtime > Change runtime type"; outside Colab it installs nothing and says how to get the helper
+when it is missing.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import textwrap
 import coursekit as ck
 import pytest
 
-# Stands in for the kernel: fakes Colab, hides gpucourse until pip ran, stubs pip, then runs the cell.
+# Stands in for the kernel: fakes Colab, hides gpucourse until pip ran, stubs pip, then runs the
+# cell.
 DRIVER = textwrap.dedent(
     r"""
     import importlib.abc, json, subprocess, sys, types
@@ -86,26 +89,47 @@ def setup_cells() -> dict[str, list[str]]:
 
 
 CELLS = setup_cells()
-IDS = ["+".join(lessons) if len(lessons) < 3 else f"{lessons[0]}-and-{len(lessons) - 1}-more" for lessons in CELLS.values()]
+IDS = [
+    "+".join(lessons) if len(lessons) < 3 else f"{lessons[0]}-and-{len(lessons) - 1}-more"
+    for lessons in CELLS.values()
+]
 
 
-def run_cell(source: str, tmp_path, *, colab: bool, hide: bool = True, gpu: bool = False) -> tuple[dict, str]:
+def run_cell(
+    source: str, tmp_path, *, colab: bool, hide: bool = True, gpu: bool = False
+) -> tuple[dict, str]:
     env = ck.env()
     env.pop("GPUCOURSE_REQUIRE_GPU", None)
     if not gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU attached to this runtime
     report = tmp_path / "pip-report.json"
     result = subprocess.run(
-        [sys.executable, "-c", DRIVER, "colab" if colab else "local", "hide" if hide else "show", str(ck.ROOT),
-         str(report), source],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            "colab" if colab else "local",
+            "hide" if hide else "show",
+            str(ck.ROOT),
+            str(report),
+            source,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     out, _, tail = result.stdout.rpartition("@@RESULT@@")
     assert result.returncode == 0 and tail, f"the driver failed:\n{result.stdout}\n{result.stderr}"
     outcome = json.loads(tail)
     outcome["installed"] = (
-        [(item["metadata"]["name"], item["download_info"]["url"]) for item in json.loads(report.read_text())["install"]]
-        if report.exists() else []
+        [
+            (item["metadata"]["name"], item["download_info"]["url"])
+            for item in json.loads(report.read_text())["install"]
+        ]
+        if report.exists()
+        else []
     )
     return outcome, out + result.stderr
 
@@ -124,22 +148,34 @@ def requirement_name(requirement: str) -> str:
 @pytest.mark.parametrize("source", CELLS, ids=IDS)
 def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(source, tmp_path):
     outcome, out = run_cell(source, tmp_path, colab=True)
-    assert outcome["error"] is None, f"the set-up cell failed on (simulated) Colab: {outcome['error']}\n{out}"
+    assert outcome["error"] is None, (
+        f"the set-up cell failed on (simulated) Colab: {outcome['error']}\n{out}"
+    )
     (call,) = outcome["pip"]
     assert not call["gpucourse_imported"], "install before importing gpucourse"
     args = call["args"]
     upgrades = {"-U", "--upgrade", "--force-reinstall", "--upgrade-strategy"} & set(args)
     assert not upgrades, f"never upgrade Colab's packages: {args}"
     wanted = requirements(args)
-    assert f"gpucourse @ git+{ck.repository_url()}" in wanted, f"gpucourse comes from the course repository: {wanted}"
+    assert f"gpucourse @ git+{ck.repository_url()}" in wanted, (
+        f"gpucourse comes from the course repository: {wanted}"
+    )
     for requirement in wanted:
-        assert requirement_name(requirement) not in FRAMEWORKS, f"Colab's own {requirement} must stay: {args}"
-        assert MAY_INSTALL.fullmatch(requirement_name(requirement)), f"the set-up cell installs {requirement}"
+        assert requirement_name(requirement) not in FRAMEWORKS, (
+            f"Colab's own {requirement} must stay: {args}"
+        )
+        assert MAY_INSTALL.fullmatch(requirement_name(requirement)), (
+            f"the set-up cell installs {requirement}"
+        )
     installed = dict(outcome["installed"])
-    assert installed.get("gpucourse") == f"file://{ck.ROOT}", "pip resolved the helper from the (local) repository"
+    assert installed.get("gpucourse") == f"file://{ck.ROOT}", (
+        "pip resolved the helper from the (local) repository"
+    )
     assert not set(installed) & FRAMEWORKS, f"pip would install a framework: {installed}"
     assert outcome["device"] == "cpu"
-    assert "Runtime > Change runtime type" in out, f"no GPU runtime: the cell must say how to attach one:\n{out}"
+    assert "Runtime > Change runtime type" in out, (
+        f"no GPU runtime: the cell must say how to attach one:\n{out}"
+    )
 
 
 @pytest.mark.slow
@@ -156,5 +192,8 @@ def test_outside_colab_it_installs_nothing(source, tmp_path):
 def test_outside_colab_without_the_helper_it_says_how_to_get_it(source, tmp_path):
     outcome, _ = run_cell(source, tmp_path, colab=False, hide=True)
     assert outcome["pip"] == []
-    assert outcome["error"] and outcome["error"].startswith("ModuleNotFoundError") and "make lab" in outcome["error"]
-
+    assert (
+        outcome["error"]
+        and outcome["error"].startswith("ModuleNotFoundError")
+        and "make lab" in outcome["error"]
+    )

@@ -1,4 +1,5 @@
-"""gpucourse.bench: the card table, the ratio logic with made-up devices, and the command line on a CPU."""
+"""gpucourse.bench: the card table, the ratio logic with made-up devices, and the command line on
+a CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import torch
 from gpucourse import __main__ as cli
 from gpucourse import bench
 
-no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what the bench says where CUDA is missing")
+no_cuda = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks what the bench says where CUDA is missing"
+)
 QUICK = ["--device", "cpu", "--size", "64", "--min-run-time", "0.01"]
 
 
@@ -19,7 +22,8 @@ QUICK = ["--device", "cpu", "--size", "64", "--min-run-time", "0.01"]
     [
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),  # the SXM card says HBM3, not SXM
         ("NVIDIA H100 PCIe", "H100 PCIe"),  # same chip, other peaks
-        ("NVIDIA H100 NVL", None),  # a variant the course has no peaks for is unknown, not its sibling's
+        # a variant the course has no peaks for is unknown, not its sibling's
+        ("NVIDIA H100 NVL", None),
     ],
 )
 def test_known_cards_by_the_names_pytorch_reports(name, label):
@@ -32,19 +36,32 @@ def test_the_peak_table_is_dense_and_consistent():
         if bf16 is not None:
             assert bf16 == fp16 and tf32 <= bf16 / 2 + 1e-9, label
         assert memory > pcie > 0, label
-    peaks = {row["key"]: row["peak"] for row in bench.make_card("NVIDIA H100 80GB HBM3", "cuda:0", {})["rows"]}
+    peaks = {
+        row["key"]: row["peak"]
+        for row in bench.make_card("NVIDIA H100 80GB HBM3", "cuda:0", {})["rows"]
+    }
     assert peaks["bf16"] == pytest.approx(989.5), "dense, not the sparse 1,979"
 
 
 def test_ratios_for_a_known_card():
-    measured = {"bf16": 791.6, "fp16": 700.0, "d2d": 2847.5, "h2d_pageable": 20.0, "h2d_pinned": 52.0}
+    measured = {
+        "bf16": 791.6,
+        "fp16": 700.0,
+        "d2d": 2847.5,
+        "h2d_pageable": 20.0,
+        "h2d_pinned": 52.0,
+    }
     card = bench.make_card("NVIDIA H100 80GB HBM3", "cuda:0", measured, {"fp32": "not measured"})
     rows = {row["key"]: row for row in card["rows"]}
     assert card["gpu"] and card["known_as"] == "H100 SXM"
     assert rows["bf16"]["ratio"] == pytest.approx(0.8)
     assert rows["d2d"]["ratio"] == pytest.approx(0.85)
     assert rows["h2d_pinned"]["ratio"] == pytest.approx(52 / 64)
-    assert rows["fp32"]["value"] is None and rows["fp32"]["ratio"] is None and rows["fp32"]["peak"] == 67
+    assert (
+        rows["fp32"]["value"] is None
+        and rows["fp32"]["ratio"] is None
+        and rows["fp32"]["peak"] == 67
+    )
     assert rows["fp32"]["note"] == "not measured"
     text = bench.render(card)
     assert "known as H100 SXM" in text and "80%" in text and "2.6x as fast as pageable" in text
@@ -77,8 +94,12 @@ def test_command_line_json_on_the_cpu(capsys):
         assert row["ratio"] is None and row["peak"] is None
     values = {row["key"]: row["value"] for row in card["rows"]}
     assert values["fp32"] > 0 and values["bf16"] > 0 and values["d2d"] > 0
-    assert values["tf32"] is None and values["h2d_pinned"] is None and values["h2d_pageable"] is None
-    assert all(row["note"] for row in card["rows"] if row["value"] is None), "every missing number says why"
+    assert (
+        values["tf32"] is None and values["h2d_pinned"] is None and values["h2d_pageable"] is None
+    )
+    assert all(row["note"] for row in card["rows"] if row["value"] is None), (
+        "every missing number says why"
+    )
 
 
 def test_command_line_text_says_it_is_not_a_gpu(capsys):
@@ -108,7 +129,9 @@ def test_strict_mode_refuses_to_bench_the_cpu(monkeypatch, capsys):
 
 @pytest.mark.parametrize("modern", [True, False])
 def test_tf32_switch_uses_the_current_api_and_restores_it(monkeypatch, modern):
-    """PyTorch 2.9+: only `fp32_precision` (the legacy setter warns, and mixing is unsupported); older: `allow_tf32`."""
+    """PyTorch 2.9+: only `fp32_precision` (the legacy setter warns, and mixing is unsupported);
+    older: `allow_tf32`."""
+
     class Matmul:  # torch.backends.cuda.matmul of either PyTorch
         pass
 

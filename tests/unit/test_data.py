@@ -32,8 +32,9 @@ def test_dataset_is_float_in_unit_range():
 
 
 def test_dataset_has_the_layout_of_a_dataloader_batch():
-    """Contiguous channels-first, as `default_collate` stacks a batch: a channels-last tensor (what permute alone
-    gives) would run the model's convolutions in another memory layout, and lesson 03 would compare layouts, not loaders."""
+    """Contiguous channels-first, as `default_collate` stacks a batch: a channels-last tensor (what
+    permute alone gives) would run the model's convolutions in another memory layout, and lesson 03
+    would compare layouts, not loaders."""
     x, y = gpucourse.shapes_dataset(8, image_size=16)[:]
     stacked, _ = torch.utils.data.default_collate([(x[i].clone(), y[i]) for i in range(8)])
     assert x.is_contiguous() and not x.is_contiguous(memory_format=torch.channels_last)
@@ -46,7 +47,9 @@ def test_image_folder_is_written_once_and_reused(tmp_path):
     assert len(files) == 12 and {f.parent.name for f in files} == set(CLASSES)
     stamp = files[0].stat().st_mtime_ns
     assert gpucourse.write_image_folder(root, n_per_class=3, image_size=16) == root
-    assert files[0].stat().st_mtime_ns == stamp, "a second call with the same parameters reuses the files"
+    assert files[0].stat().st_mtime_ns == stamp, (
+        "a second call with the same parameters reuses the files"
+    )
     assert json.loads((root / "manifest.json").read_text())["n_per_class"] == 3
 
 

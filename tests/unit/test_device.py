@@ -80,7 +80,8 @@ def driver_with(monkeypatch, *uuids):
 
 
 @pytest.mark.parametrize(
-    "cvd,expected", [("", "hides every GPU"), ("-1", "hides every GPU"), (None, "finds no NVIDIA GPU")]
+    "cvd,expected",
+    [("", "hides every GPU"), ("-1", "hides every GPU"), (None, "finds no NVIDIA GPU")],
 )
 def test_why_no_cuda_names_the_cause(monkeypatch, cvd, expected):
     monkeypatch.setattr(torch.version, "cuda", "13.0")
@@ -112,31 +113,45 @@ class _Props:
 
 @pytest.mark.parametrize(
     "name,cc,tensor_cores,bf16,fp8",
-    [("Tesla T4", (7, 5), True, False, False), ("NVIDIA A100", (8, 0), True, True, False),
-     ("NVIDIA L4", (8, 9), True, True, True), ("NVIDIA H100", (9, 0), True, True, True),
-     ("Tesla P100", (6, 0), False, False, False)],
+    [
+        ("Tesla T4", (7, 5), True, False, False),
+        ("NVIDIA A100", (8, 0), True, True, False),
+        ("NVIDIA L4", (8, 9), True, True, True),
+        ("NVIDIA H100", (9, 0), True, True, True),
+        ("Tesla P100", (6, 0), False, False, False),
+    ],
 )
 def test_gpu_facts_follow_the_compute_capability(monkeypatch, name, cc, tensor_cores, bf16, fp8):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: _Props(name, *cc))
     facts = gpucourse.device_facts(torch.device("cuda", 0))
     assert (facts.name, facts.compute_capability) == (name, cc)
-    assert (facts.tensor_cores, facts.bf16, facts.tf32, facts.fp8) == (tensor_cores, bf16, bf16, fp8)
+    assert (facts.tensor_cores, facts.bf16, facts.tf32, facts.fp8) == (
+        tensor_cores,
+        bf16,
+        bf16,
+        fp8,
+    )
     assert facts.total_memory_gib == 16.0 and facts.processors == 40
 
 
 def test_workload_cpu_gpu_and_grading_sizes(monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     assert gpucourse.workload(torch.device("cpu"), cpu=1, gpu=100) == 1
-    assert gpucourse.workload("cuda:1", cpu=1, gpu=100) == 100, "no small_gpu: every GPU gets the GPU size"
+    assert gpucourse.workload("cuda:1", cpu=1, gpu=100) == 100, (
+        "no small_gpu: every GPU gets the GPU size"
+    )
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert gpucourse.is_grading()
     assert gpucourse.workload("cuda", cpu=10, gpu=100, grading=2) == 2
-    assert gpucourse.workload("cuda", cpu=10, gpu=100) == 10, "without a grading size, grading uses the CPU size"
+    assert gpucourse.workload("cuda", cpu=10, gpu=100) == 10, (
+        "without a grading size, grading uses the CPU size"
+    )
 
 
 @pytest.mark.parametrize("total_gib,expected", [(79.6, 1024), (14.7, 1024), (7.6, 256), (3.8, 256)])
 def test_workload_shrinks_on_a_small_gpu(monkeypatch, total_gib, expected):
-    """The GPU size is meant for a 16 GB card (a T4 reports 14.7 GiB); an 8 GB card gets small_gpu."""
+    """The GPU size is meant for a 16 GB card (a T4 reports 14.7 GiB); an 8 GB card gets
+    small_gpu."""
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     seen = []
 
@@ -186,9 +201,15 @@ def test_why_no_pinning_without_cuda(no_cuda):
 
 @pytest.mark.parametrize(
     ("capability", "expected"),
-    [(None, (torch.bfloat16, False)), ((6, 1), (torch.float32, False)), ((7, 0), (torch.float16, True)),
-     ((7, 5), (torch.float16, True)), ((8, 0), (torch.bfloat16, False)), ((9, 0), (torch.bfloat16, False)),
-     ((12, 0), (torch.bfloat16, False))],
+    [
+        (None, (torch.bfloat16, False)),
+        ((6, 1), (torch.float32, False)),
+        ((7, 0), (torch.float16, True)),
+        ((7, 5), (torch.float16, True)),
+        ((8, 0), (torch.bfloat16, False)),
+        ((9, 0), (torch.bfloat16, False)),
+        ((12, 0), (torch.bfloat16, False)),
+    ],
 )
 def test_amp_dtype_follows_the_compute_capability(capability, expected):
     import dataclasses

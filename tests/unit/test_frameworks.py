@@ -12,19 +12,32 @@ import gpucourse
 
 
 def test_importing_gpucourse_loads_no_framework():
-    """One Python for every module: gpucourse, its CLIs and the modules they import load no framework (`python -m gpucourse
-    doctor` must survive a broken one); seeding and every module load no TensorFlow or DALI."""
-    modules = sorted(p.stem for p in Path(gpucourse.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+    """One Python for every module: gpucourse, its CLIs and the modules they import load no
+    framework (`python -m gpucourse doctor` must survive a broken one); seeding and every module
+    load no TensorFlow or DALI."""
+    modules = sorted(
+        p.stem for p in Path(gpucourse.__file__).parent.glob("*.py") if not p.stem.startswith("_")
+    )
     code = (
-        "import importlib, sys, gpucourse, gpucourse.__main__, gpucourse.doctor, gpucourse.bench, gpucourse.frameworks\n"
-        "loaded = lambda: sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in sys.modules)\n"
+        "import importlib, sys, gpucourse, gpucourse.__main__, gpucourse.doctor, gpucourse.bench, "
+        "gpucourse.frameworks\n"
+        "loaded = lambda: sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in "
+        "sys.modules)\n"
         "print(loaded())\n"
-        f"gpucourse.set_seed(1)\nfor name in {modules!r}:\n    importlib.import_module('gpucourse.' + name)\n"
+        f"gpucourse.set_seed(1)\nfor name in {modules!r}:\n    "
+        "importlib.import_module('gpucourse.' + name)\n"
         "print(loaded())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[0] == "[]", "import gpucourse (its doctor, bench, device, timing, notebook) must never import a framework"
-    assert out[1] == "['torch']", f"seeding and importing {modules} must import neither TensorFlow nor DALI"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == "[]", (
+        "import gpucourse (its doctor, bench, device, timing, notebook) must never import a "
+        "framework"
+    )
+    assert out[1] == "['torch']", (
+        f"seeding and importing {modules} must import neither TensorFlow nor DALI"
+    )
 
 
 def test_a_missing_tensorflow_is_one_clear_sentence(monkeypatch, capsys):
@@ -53,7 +66,8 @@ def test_a_missing_dali_is_one_clear_sentence(monkeypatch, capsys):
 
 
 def test_a_missing_dali_tf_plugin_is_one_clear_sentence(monkeypatch, capsys):
-    monkeypatch.setattr(gpucourse.frameworks, "import_tensorflow", lambda verbose=True: object())  # TF there, no plugin
+    # TF there, no plugin
+    monkeypatch.setattr(gpucourse.frameworks, "import_tensorflow", lambda verbose=True: object())
     monkeypatch.setitem(sys.modules, "nvidia.dali.plugin.tf", None)
     assert gpucourse.import_dali_tf() is None
     assert "TensorFlow plugin is not installed" in capsys.readouterr().out
@@ -63,14 +77,23 @@ def test_a_missing_dali_tf_plugin_is_one_clear_sentence(monkeypatch, capsys):
 def test_tensorflow_start_up_noise_is_held_back_and_nothing_else(monkeypatch, capfd, driver):
     monkeypatch.setattr(gpucourse.frameworks, "nvidia_driver_present", lambda: driver)
     with gpucourse.frameworks.quiet_tensorflow_startup():
-        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-                    b"I0000 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.\n"
-                    b"I0000 port.cc:153] oneDNN custom operations are on. You may see slightly different results\n"
-                    b"E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: UNKNOWN ERROR (303)\n"
-                    b"E0000 a real failure: libcudnn.so.9: cannot open shared object file\n")
+        os.write(
+            2,
+            b"WARNING: All log messages before absl::InitializeLog() is called are written to "
+            b"STDERR\n"
+            b"I0000 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
+            b"will not be used.\n"
+            b"I0000 port.cc:153] oneDNN custom operations are on. You may see slightly "
+            b"different results\n"
+            b"E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: "
+            b"UNKNOWN ERROR (303)\n"
+            b"E0000 a real failure: libcudnn.so.9: cannot open shared object file\n",
+        )
     err = capfd.readouterr().err
     assert "real failure" in err and "absl" not in err and "oneDNN" not in err
-    assert ("cuInit" in err and "cuda drivers" in err) == driver, "the CUDA lines are noise only without a driver"
+    assert ("cuInit" in err and "cuda drivers" in err) == driver, (
+        "the CUDA lines are noise only without a driver"
+    )
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "after\n", "standard error is back to normal afterwards"
 
@@ -104,10 +127,18 @@ print(json.dumps(report))
 
 @pytest.mark.slow
 def test_tensorflow_in_a_fresh_python():
-    """One TensorFlow-importing Python (never the test worker): seeded, memory growth, quiet, strict mode, torchvision after."""
-    result = subprocess.run([sys.executable, "-c", TENSORFLOW_SCRIPT], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "GPUCOURSE_REQUIRE_GPU": "0"})
-    assert result.returncode == 0, f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
+    """One TensorFlow-importing Python (never the test worker): seeded, memory growth, quiet,
+    strict mode, torchvision after."""
+    result = subprocess.run(
+        [sys.executable, "-c", TENSORFLOW_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "GPUCOURSE_REQUIRE_GPU": "0"},
+    )
+    assert result.returncode == 0, (
+        f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
+    )
     report = json.loads(result.stdout.splitlines()[-1])
     if report is None:
         pytest.skip("TensorFlow is not installed")
@@ -115,6 +146,10 @@ def test_tensorflow_in_a_fresh_python():
     if not report["driver"]:  # where a driver is, TensorFlow's CUDA lines are kept
         for noise in gpucourse.frameworks.TF_NOISE + gpucourse.frameworks.TF_NO_DRIVER_NOISE:
             assert noise not in result.stderr, result.stderr
-    if not report["gpus"]:  # `make test-gpu`: not validated on GPU in the CPU set, a failure in the GPU set
+    # `make test-gpu`: not validated on GPU in the CPU set, a failure in the GPU set
+    if not report["gpus"]:
         assert report["cpu"][0] is True and "not validated on GPU" in report["cpu"][1], report
-        assert report["gpu"][0] == "raised" and "GPU set is installed, but TensorFlow sees no GPU" in report["gpu"][1], report
+        assert (
+            report["gpu"][0] == "raised"
+            and "GPU set is installed, but TensorFlow sees no GPU" in report["gpu"][1]
+        ), report

@@ -1,6 +1,8 @@
-"""gpucourse.launch: torchrun from a notebook, with a timeout, each rank's output, clear failures and no orphans.
+"""gpucourse.launch: torchrun from a notebook, with a timeout, each rank's output, clear failures
+and no orphans.
 
-The launches use tiny scripts that do not import torch (only torchrun's agent does), so each takes a few seconds.
+The launches use tiny scripts that do not import torch (only torchrun's agent does), so each takes a
+few seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pytest
 
 from gpucourse import launch
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover processes")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc to find leftover processes"
+)
 
 RANKS = """
 import os
@@ -29,10 +33,13 @@ if rank == 1:
     sys.exit("rank 1 gives up on purpose")
 time.sleep(120)  # rank 0 would wait for rank 1 forever
 """
-NOISY = RANKS + """
+NOISY = (
+    RANKS
+    + """
 import sys
 print("UserWarning: something a framework says", file=sys.stderr, flush=True)
 """
+)
 BAD_ARGUMENT = """
 import argparse
 parser = argparse.ArgumentParser()
@@ -61,7 +68,9 @@ def write(tmp_path: Path, name: str, source: str) -> Path:
 
 def test_syntax_error_is_reported_with_its_line(tmp_path):
     script = write(tmp_path, "broken.py", "import os\n\ndef main(:\n    pass\n")
-    with pytest.raises(launch.LaunchError, match=r"broken.py has a syntax error \(line 3.*\n    def main\(:"):
+    with pytest.raises(
+        launch.LaunchError, match=r"broken.py has a syntax error \(line 3.*\n    def main\(:"
+    ):
         launch.torchrun(script, timeout=30)
 
 
@@ -70,12 +79,15 @@ def test_missing_script(tmp_path):
         launch.torchrun(tmp_path / "nowhere.py")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"nproc_per_node": 0}, "nproc_per_node must be"),
-    ({"nproc_per_node": "2"}, "nproc_per_node must be"),
-    ({"nnodes": 0}, "nnodes must be"),
-    ({"timeout": 0}, "timeout must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"nproc_per_node": 0}, "nproc_per_node must be"),
+        ({"nproc_per_node": "2"}, "nproc_per_node must be"),
+        ({"nnodes": 0}, "nnodes must be"),
+        ({"timeout": 0}, "timeout must be"),
+    ],
+)
 def test_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(launch.LaunchError, match=match):
         launch.torchrun(write(tmp_path, "ranks.py", RANKS), **kwargs)
@@ -91,14 +103,18 @@ Root Cause (first observed failure):
   rank      : 3 (local_rank: 1)
   exitcode  : 1 (pid: 13)
 """
-    result = launch.LaunchResult("torchrun x.py", returncode=1,
-                                 lines=[("rank3", "ValueError: boom")] + [("agent0", t) for t in report.splitlines()])
+    result = launch.LaunchResult(
+        "torchrun x.py",
+        returncode=1,
+        lines=[("rank3", "ValueError: boom")] + [("agent0", t) for t in report.splitlines()],
+    )
     message = launch._why(result, timeout=60)
     assert message.startswith("rank 3 failed first (exit code 1: an uncaught exception"), message
     assert message.endswith("    ValueError: boom")
 
 
-# torch 2.11's torchrun (Colab's) has no --log-line-prefix-template option and ran it as the script: what it printed
+# torch 2.11's torchrun (Colab's) has no --log-line-prefix-template option and ran it as the script:
+# what it printed
 TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]:
 [default0]:usage: /usr/bin/python3 [option] ... [-c cmd | -m mod | file | -] [arg] ...
 E1125 00:02:36.756000 9179 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 2) local_rank: 0
@@ -110,29 +126,67 @@ Root Cause (first observed failure):
   rank      : 0 (local_rank: 0)
   exitcode  : 2 (pid: 9530)
 ============================================================"""
-# The options of torchrun in torch 2.11.0, the oldest the course supports (torch/distributed/run.py, get_args_parser)
+# The options of torchrun in torch 2.11.0, the oldest the course supports (torch/distributed/run.py,
+# get_args_parser)
 TORCH_2_11_OPTIONS = {
-    "--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--standalone",
-    "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "--module", "--no-python",
-    "--run-path", "--log-dir", "--redirects", "--tee", "--local-ranks-filter", "--duplicate-stdout-filters",
-    "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port", "--local-addr", "--logs-specs",
-    "--numa-binding", "--signals-to-handle", "--virtual-local-rank"}
+    "--nnodes",
+    "--nproc-per-node",
+    "--rdzv-backend",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--rdzv-conf",
+    "--standalone",
+    "--max-restarts",
+    "--monitor-interval",
+    "--start-method",
+    "--event-log-handler",
+    "--role",
+    "--module",
+    "--no-python",
+    "--run-path",
+    "--log-dir",
+    "--redirects",
+    "--tee",
+    "--local-ranks-filter",
+    "--duplicate-stdout-filters",
+    "--duplicate-stderr-filters",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--local-addr",
+    "--logs-specs",
+    "--numa-binding",
+    "--signals-to-handle",
+    "--virtual-local-rank",
+}
 
 
 def test_a_rank_whose_lines_are_not_prefixed_still_shows_them():
-    """Whatever goes wrong with the [rankN] prefix, the message shows what the failed rank printed, and names the exit code."""
-    result = launch.LaunchResult("torchrun x.py", returncode=1,
-                                 lines=[("agent0", t) for t in TORCH_2_11_UNKNOWN_OPTION.splitlines()])
+    """Whatever goes wrong with the [rankN] prefix, the message shows what the failed rank
+    printed, and names the exit code."""
+    result = launch.LaunchResult(
+        "torchrun x.py",
+        returncode=1,
+        lines=[("agent0", t) for t in TORCH_2_11_UNKNOWN_OPTION.splitlines()],
+    )
     message = launch._why(result, timeout=60)
-    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), message
-    assert "rank 0 printed nothing" in message and "unknown option --log-line-prefix-template" in message, message
+    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), (
+        message
+    )
+    assert (
+        "rank 0 printed nothing" in message
+        and "unknown option --log-line-prefix-template" in message
+    ), message
     assert "ChildFailedError" not in message, "torchrun's own traceback is not the rank's output"
 
 
 @linux_only
 def test_children_finds_a_process_in_a_session_of_its_own():
-    """How a timeout finds the workers of an agent that outlives its grace (torch 2.11's waits 30 s on a stuck one)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    """How a timeout finds the workers of an agent that outlives its grace (torch 2.11's waits 30
+    s on a stuck one)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
     try:
         assert child.pid in launch._children(os.getpid())
     finally:
@@ -143,7 +197,8 @@ def test_children_finds_a_process_in_a_session_of_its_own():
 
 @pytest.mark.parametrize("nnodes", [1, 2])
 def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkeypatch, nnodes):
-    """The rank prefix goes through the environment (torch 2.11 reads it too), not an option torch 2.11 lacks."""
+    """The rank prefix goes through the environment (torch 2.11 reads it too), not an option
+    torch 2.11 lacks."""
     calls = []
 
     class Agent:  # a torchrun that ends at once, successfully
@@ -160,9 +215,18 @@ def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkey
             pass
 
     monkeypatch.setattr(launch.subprocess, "Popen", Agent)
-    launch.torchrun(write(tmp_path, "ranks.py", RANKS), "--epochs", "1", nproc_per_node=1, nnodes=nnodes, timeout=30)
+    launch.torchrun(
+        write(tmp_path, "ranks.py", RANKS),
+        "--epochs",
+        "1",
+        nproc_per_node=1,
+        nnodes=nnodes,
+        timeout=30,
+    )
     for argv, env in calls:
-        options = argv[argv.index("torch.distributed.run") + 1:argv.index(str(tmp_path / "ranks.py"))]
+        options = argv[
+            argv.index("torch.distributed.run") + 1 : argv.index(str(tmp_path / "ranks.py"))
+        ]
         assert {option.split("=")[0] for option in options} <= TORCH_2_11_OPTIONS, options
         assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
 
@@ -172,11 +236,21 @@ def test_each_rank_output_is_prefixed_and_collected(tmp_path, capsys):
     script = write(tmp_path, "ranks.py", NOISY)
     result = launch.torchrun(script, nproc_per_node=2, timeout=60)
     assert ranks(result) == [0, 1]
-    assert result.command == f"torchrun --standalone --nproc-per-node=2 {script}", "what a learner would type"
-    assert sorted(result.output(1)) == ["UserWarning: something a framework says", "hello from rank 1 of 2"], \
-        "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines (lesson 06 does)"
+    assert result.command == f"torchrun --standalone --nproc-per-node=2 {script}", (
+        "what a learner would type"
+    )
+    assert sorted(result.output(1)) == [
+        "UserWarning: something a framework says",
+        "hello from rank 1 of 2",
+    ], (
+        "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
+        "(lesson 06 does)"
+    )
     printed = capsys.readouterr().out
-    assert "[rank0]: hello from rank 0 of 2" in printed and "[rank1]: hello from rank 1 of 2" in printed
+    assert (
+        "[rank0]: hello from rank 0 of 2" in printed
+        and "[rank1]: hello from rank 1 of 2" in printed
+    )
 
 
 @pytest.mark.slow
@@ -184,40 +258,71 @@ def test_each_rank_output_is_prefixed_and_collected(tmp_path, capsys):
 def test_a_crashing_rank_is_named_and_nothing_is_left(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCOURSE_TEST_TAG", str(tmp_path))  # the launched processes inherit it
     with pytest.raises(launch.LaunchError) as info:
-        launch.torchrun(write(tmp_path, "crash.py", CRASH), nproc_per_node=2, timeout=60, stream=False)
+        launch.torchrun(
+            write(tmp_path, "crash.py", CRASH), nproc_per_node=2, timeout=60, stream=False
+        )
     message = str(info.value)
-    assert message.startswith("rank 1 failed first (exit code 1: ") and "torchrun stopped the others" in message, message
-    assert "rank 1 gives up on purpose" in message, "the failed rank's last lines are in the message"
-    assert info.value.result.seconds < 30, "a failed rank ends the launch; nobody waits for the timeout"
+    assert (
+        message.startswith("rank 1 failed first (exit code 1: ")
+        and "torchrun stopped the others" in message
+    ), message
+    assert "rank 1 gives up on purpose" in message, (
+        "the failed rank's last lines are in the message"
+    )
+    assert info.value.result.seconds < 30, (
+        "a failed rank ends the launch; nobody waits for the timeout"
+    )
     assert not _tagged(str(tmp_path))
 
 
 @pytest.mark.slow
 def test_a_rank_that_dies_at_once_is_named_with_its_cause(tmp_path):
-    """A bad argument: the rank exits 2 at once, its only lines on stderr; the message gives the code's meaning and them."""
+    """A bad argument: the rank exits 2 at once, its only lines on stderr; the message gives the
+    code's meaning and them."""
     with pytest.raises(launch.LaunchError) as info:
-        launch.torchrun(write(tmp_path, "train.py", BAD_ARGUMENT), "--epochs", "x", nproc_per_node=1, timeout=60, stream=False)
+        launch.torchrun(
+            write(tmp_path, "train.py", BAD_ARGUMENT),
+            "--epochs",
+            "x",
+            nproc_per_node=1,
+            timeout=60,
+            stream=False,
+        )
     message = str(info.value)
-    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), message
+    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), (
+        message
+    )
     assert message.endswith("error: argument --epochs: invalid int value: 'x'"), message
 
 
 @pytest.mark.slow
 def test_a_rank_that_dies_without_a_word_is_named_with_its_signal(tmp_path):
     with pytest.raises(launch.LaunchError) as info:
-        launch.torchrun(write(tmp_path, "silent.py", SILENT), nproc_per_node=1, timeout=60, stream=False)
+        launch.torchrun(
+            write(tmp_path, "silent.py", SILENT), nproc_per_node=1, timeout=60, stream=False
+        )
     message = str(info.value)
-    assert message.startswith("rank 0 failed first (killed by signal 9: SIGKILL: out of memory"), message
-    assert "rank 0 printed nothing; torchrun's last lines" in message and "exitcode: -9" in message, message
+    assert message.startswith("rank 0 failed first (killed by signal 9: SIGKILL: out of memory"), (
+        message
+    )
+    assert (
+        "rank 0 printed nothing; torchrun's last lines" in message and "exitcode: -9" in message
+    ), message
 
 
 @pytest.mark.slow
 def test_torchrun_rejecting_its_own_arguments_is_named(tmp_path, monkeypatch):
-    monkeypatch.setenv("PET_MAX_RESTARTS", "abc")  # torchrun reads its --max-restarts from there, and rejects it
+    # torchrun reads its --max-restarts from there, and rejects it
+    monkeypatch.setenv("PET_MAX_RESTARTS", "abc")
     with pytest.raises(launch.LaunchError) as info:
-        launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, timeout=60, stream=False)
+        launch.torchrun(
+            write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, timeout=60, stream=False
+        )
     message = str(info.value)
-    assert "failed (exit code 2: a command-line usage error" in message and "before any rank" in message, message
+    assert (
+        "failed (exit code 2: a command-line usage error" in message
+        and "before any rank" in message
+    ), message
     assert "invalid int value: 'abc'" in message, message
 
 
@@ -231,7 +336,9 @@ def test_timeout_stops_every_process(tmp_path, monkeypatch):
     started = time.monotonic()
     with pytest.raises(launch.LaunchError, match="did not finish within 10 s") as info:
         launch.torchrun(script, pids, nproc_per_node=2, timeout=10, stream=False)
-    assert info.value.result.timed_out and info.value.result.returncode != 0, "the stopped agents report a failure too"
+    assert info.value.result.timed_out and info.value.result.returncode != 0, (
+        "the stopped agents report a failure too"
+    )
     assert time.monotonic() - started < 10 + 15, "stopped soon after the timeout"
     for path in pids.iterdir():  # the workers that had started: their own sessions, yet stopped too
         assert not _alive(int(path.read_text())), f"rank {path.name} outlived the timeout"
@@ -240,7 +347,9 @@ def test_timeout_stops_every_process(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_local_agents_meet_at_a_rendezvous(tmp_path):
-    result = launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, nnodes=2, timeout=60, stream=False)
+    result = launch.torchrun(
+        write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, nnodes=2, timeout=60, stream=False
+    )
     assert ranks(result) == [0, 1], "two agents, one worker each, ranks 0 and 1 of 2"
     assert "of 2" in result.output(1)[0] and "x2 agents" in result.command
 
@@ -257,7 +366,9 @@ def _tagged(tag: str) -> set[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if needle in Path(entry.path, "environ").read_bytes().split(b"\0") and _alive(int(entry.name)):
+                if needle in Path(entry.path, "environ").read_bytes().split(b"\0") and _alive(
+                    int(entry.name)
+                ):
                     found.add(int(entry.name))
             except OSError:
                 pass
@@ -265,7 +376,8 @@ def _tagged(tag: str) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
-    """True for a live process; a zombie (exited, waiting for its parent to read its exit code) is dead."""
+    """True for a live process; a zombie (exited, waiting for its parent to read its exit code)
+    is dead."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:

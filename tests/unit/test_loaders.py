@@ -1,4 +1,5 @@
-"""gpucourse.loaders: the JPEG dataset, worker counts, the overlapped wait-vs-step measurement, spawn safety."""
+"""gpucourse.loaders: the JPEG dataset, worker counts, the overlapped wait-vs-step measurement,
+spawn safety."""
 
 import os
 import subprocess
@@ -17,14 +18,18 @@ from gpucourse.data import CLASSES
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    return gpucourse.write_image_folder(tmp_path_factory.mktemp("jpeg") / "shapes", n_per_class=3, image_size=16)
+    return gpucourse.write_image_folder(
+        tmp_path_factory.mktemp("jpeg") / "shapes", n_per_class=3, image_size=16
+    )
 
 
 def test_image_files_match_image_folder(root):
     paths, labels, classes = loaders.image_files(root)
     dataset = loaders.jpeg_dataset(root)
     assert classes == sorted(CLASSES) == dataset.classes
-    assert [(p, label) for p, label in zip(paths, labels, strict=True)] == [(p, label) for p, label in dataset.samples]
+    assert [(p, label) for p, label in zip(paths, labels, strict=True)] == [
+        (p, label) for p, label in dataset.samples
+    ]
     assert len(paths) == 12 and sorted(set(labels)) == [0, 1, 2, 3]
 
 
@@ -43,8 +48,16 @@ def test_a_wrong_root_is_explained(tmp_path):
         loaders.image_files(tmp_path)
 
 
-@pytest.mark.parametrize("cpu_max, cores", [("max 100000\n", "all"), ("50000 100000\n", 1), ("100000 100000\n", 1),
-                                             ("150000 100000\n", 2), (None, "all")])
+@pytest.mark.parametrize(
+    "cpu_max, cores",
+    [
+        ("max 100000\n", "all"),
+        ("50000 100000\n", 1),
+        ("100000 100000\n", 1),
+        ("150000 100000\n", 2),
+        (None, "all"),
+    ],
+)
 def test_available_cores_keeps_to_a_containers_cpu_quota(tmp_path, cpu_max, cores):
     path = tmp_path / "cpu.max"
     if cpu_max is not None:  # None: no cgroup v2 file (macOS, Windows, cgroup v1)
@@ -95,9 +108,13 @@ def test_measure_splits_waiting_from_the_rest_and_synchronizes_only_at_the_ends(
         clock.now += 1.0  # launching the step takes 1 s on the host
 
     stats = loaders.measure(slow_batches(), step, device="cuda", label="slow")
-    assert events == ["step", "sync"] + ["step"] * 5 + ["sync"], "no synchronize between steps: loading overlaps compute"
+    assert events == ["step", "sync"] + ["step"] * 5 + ["sync"], (
+        "no synchronize between steps: loading overlaps compute"
+    )
     assert (stats.batches, stats.samples) == (5, 25), "the warm-up batch is not counted"
-    assert clock.now - stats.total_s == 6.0, "warm-up, not counted: 3 s loading, 1 s step, 2 s of GPU work finished"
+    assert clock.now - stats.total_s == 6.0, (
+        "warm-up, not counted: 3 s loading, 1 s step, 2 s of GPU work finished"
+    )
     assert stats.wait_s == 15.0 and stats.total_s == 22.0, "the last GPU work counts"
     assert stats.samples_per_s == 25 / 22 and stats.label == "slow"
 
@@ -131,38 +148,70 @@ def test_epochs_repeats_the_loader():
 
 
 def test_lesson_03_plots_the_split_it_measured():
-    """Lesson 03's own `plot_split` cell: per batch, the step's bar, then the wait stacked after it, and the stamp."""
+    """Lesson 03's own `plot_split` cell: per batch, the step's bar, then the wait stacked after
+    it, and the stamp."""
     import matplotlib
 
     matplotlib.use("Agg")
-    cell = next(c for c in ck.read(ck.solution_path("03_batching_pipelines")).cells if "def plot_split(" in c.source)
+    cell = next(
+        c
+        for c in ck.read(ck.solution_path("03_batching_pipelines")).cells
+        if "def plot_split(" in c.source
+    )
     lesson = {"gpucourse": gpucourse, "facts": SimpleNamespace(name="a test CPU")}
     exec(cell.source, lesson)
-    stats = [loaders.LoaderStats("a", 2, 8, wait_s=1e-3, total_s=4e-3), loaders.LoaderStats("b", 4, 16, 0.0, 2e-3)]
+    stats = [
+        loaders.LoaderStats("a", 2, 8, wait_s=1e-3, total_s=4e-3),
+        loaders.LoaderStats("b", 4, 16, 0.0, 2e-3),
+    ]
     ax = lesson["plot_split"](stats)
     step, wait = ax.containers
-    assert [bar.get_width() for bar in step] == pytest.approx([1.5, 0.5]), "milliseconds per batch of the step"
-    assert [bar.get_width() for bar in wait] == pytest.approx([0.5, 0.0]) and wait[0].get_x() == pytest.approx(1.5)
-    assert "measured on a test CPU" in [text.get_text() for text in ax.texts], "stamped with the device"
+    assert [bar.get_width() for bar in step] == pytest.approx([1.5, 0.5]), (
+        "milliseconds per batch of the step"
+    )
+    assert [bar.get_width() for bar in wait] == pytest.approx([0.5, 0.0]) and wait[
+        0
+    ].get_x() == pytest.approx(1.5)
+    assert "measured on a test CPU" in [text.get_text() for text in ax.texts], (
+        "stamped with the device"
+    )
     matplotlib.pyplot.close("all")
 
 
 def test_lesson_03_rows_hand_the_step_one_layout(root):
-    """Lesson 03 compares loaders with one training step, so every row's batches must share one memory layout,
-    contiguous channels-first as `default_collate` stacks them: the decoded shapes, the DataLoader's batches, and
-    tf.data's channels-last batches through the lesson's own `from_tf`."""
+    """Lesson 03 compares loaders with one training step, so every row's batches must share one
+    memory layout, contiguous channels-first as `default_collate` stacks them: the decoded shapes,
+    the DataLoader's batches, and tf.data's channels-last batches through the lesson's own
+    `from_tf`."""
     import numpy as np
 
-    cell = next(c for c in ck.read(ck.solution_path("03_batching_pipelines")).cells if c.source.startswith("def from_tf("))
+    cell = next(
+        c
+        for c in ck.read(ck.solution_path("03_batching_pipelines")).cells
+        if c.source.startswith("def from_tf(")
+    )
     lesson = {"torch": torch}
     exec(cell.source, lesson)
-    tf_batch = (SimpleNamespace(numpy=lambda: np.random.rand(4, 16, 16, 3).astype(np.float32)),
-                SimpleNamespace(numpy=lambda: np.arange(4, dtype=np.int32)))
+    tf_batch = (
+        SimpleNamespace(numpy=lambda: np.random.rand(4, 16, 16, 3).astype(np.float32)),
+        SimpleNamespace(numpy=lambda: np.arange(4, dtype=np.int32)),
+    )
     from_tf_images, from_tf_labels = lesson["from_tf"](tf_batch)
-    loader_images, _ = next(iter(torch.utils.data.DataLoader(loaders.jpeg_dataset(root), batch_size=4)))
+    loader_images, _ = next(
+        iter(torch.utils.data.DataLoader(loaders.jpeg_dataset(root), batch_size=4))
+    )
     decoded_images, _ = gpucourse.shapes_dataset(4, image_size=16)[:]
-    for row, images in {"DataLoader": loader_images, "decoded": decoded_images, "from_tf": from_tf_images}.items():
-        assert images.shape == (4, 3, 16, 16) and images.stride() == (3 * 16 * 16, 16 * 16, 16, 1), f"{row}: {images.stride()}"
+    for row, images in {
+        "DataLoader": loader_images,
+        "decoded": decoded_images,
+        "from_tf": from_tf_images,
+    }.items():
+        assert images.shape == (4, 3, 16, 16) and images.stride() == (
+            3 * 16 * 16,
+            16 * 16,
+            16,
+            1,
+        ), f"{row}: {images.stride()}"
     assert from_tf_labels.dtype == torch.int64
 
 
@@ -181,13 +230,16 @@ print("seen", seen)
 
 @pytest.mark.slow  # three fresh Pythons import torch: tens of seconds on 2 busy cores
 def test_spawned_workers_finish_and_do_not_hang(root):
-    """Workers started with spawn (as on macOS, Windows, Python >= 3.14) get the dataset by pickling.
+    """Workers started with spawn (as on macOS, Windows, Python >= 3.14) get the dataset by
+    pickling.
 
     The code runs in `python -c`, like a notebook: no `if __name__ == "__main__"`
     guard and no main file. It must finish, not hang, well within the timeout.
     """
     code = textwrap.dedent(SPAWNED.format(root=str(root)))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "seen 12" in result.stdout
 
@@ -195,6 +247,12 @@ def test_spawned_workers_finish_and_do_not_hang(root):
 def test_augmented_jpeg_dataset_rotates_and_flips_like_lesson_05(root):
     plain = loaders.jpeg_dataset(root, image_size=8)[4][0]
     torch.manual_seed(0)
-    augmented = torch.stack([loaders.jpeg_dataset(root, image_size=8, augment=True)[4][0] for _ in range(8)])
+    augmented = torch.stack(
+        [loaders.jpeg_dataset(root, image_size=8, augment=True)[4][0] for _ in range(8)]
+    )
     assert augmented.shape == (8, 3, 8, 8) and augmented.dtype == torch.float32
-    assert 0 <= augmented.min() and augmented.max() <= 1 and not all(torch.equal(a, plain) for a in augmented)
+    assert (
+        0 <= augmented.min()
+        and augmented.max() <= 1
+        and not all(torch.equal(a, plain) for a in augmented)
+    )

@@ -1,6 +1,7 @@
 """gpucourse.memory: the saved-tensor meter and peak memory (its CUDA path on a fake allocator).
 
-The estimator, the simulated card and the batch-size finder live in lesson 07's cells, which check them under nbval.
+The estimator, the simulated card and the batch-size finder live in lesson 07's cells, which check
+them under nbval.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def mlp(width: int = 32, depth: int = 3, classes: int = 5) -> nn.Sequential:
 
 
 class FakeAllocator:
-    """CUDA's allocator counters, faked: live bytes are ``other`` + what a step allocates + the model's gradients."""
+    """CUDA's allocator counters, faked: live bytes are ``other`` + what a step allocates + the
+    model's gradients."""
 
     def __init__(self, model: nn.Module, other: int):
         self.model, self.other, self.step_bytes = model, other, 0
@@ -35,8 +37,14 @@ class FakeAllocator:
 
     def install(self, monkeypatch) -> None:
         monkeypatch.setattr(torch.cuda, "memory_allocated", self.allocated)
-        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: self.calls.append("max") or self.peak)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.calls.append("sync"))
+        monkeypatch.setattr(
+            torch.cuda,
+            "max_memory_allocated",
+            lambda device=None: self.calls.append("max") or self.peak,
+        )
+        monkeypatch.setattr(
+            torch.cuda, "synchronize", lambda device=None: self.calls.append("sync")
+        )
 
         def reset(device=None):
             self.calls.append("reset")
@@ -49,7 +57,8 @@ def test_peak_memory_on_cuda_starts_from_the_same_baseline_in_every_row(monkeypa
     model = mlp()
     x = torch.randn(8, 32)
     grads = sum(p.nbytes for p in model.parameters())
-    fake = FakeAllocator(model, other=10_000)  # weights, optimizer state, data: alive before and after the step
+    # weights, optimizer state, data: alive before and after the step
+    fake = FakeAllocator(model, other=10_000)
     fake.install(monkeypatch)
 
     def step(zero_grad_first: bool):
@@ -66,17 +75,28 @@ def test_peak_memory_on_cuda_starts_from_the_same_baseline_in_every_row(monkeypa
 
     model(x).sum().backward()  # gradients left alive by an earlier step
     rows = {first: memory.peak_memory(step(first), "cuda", model=model) for first in (True, False)}
-    assert rows == {True: 5_000 + grads, False: 5_000 + grads}, "activations + gradients, whether or not the step clears them"
-    assert fake.calls[:5] == ["sync", "reset", "step", "sync", "max"], "reset before the step, synchronize before reading"
+    assert rows == {True: 5_000 + grads, False: 5_000 + grads}, (
+        "activations + gradients, whether or not the step clears them"
+    )
+    assert fake.calls[:5] == ["sync", "reset", "step", "sync", "max"], (
+        "reset before the step, synchronize before reading"
+    )
     model(x).sum().backward()
-    assert memory.peak_memory(step(True), "cuda") == 5_000, "without model=, the old gradients sit in the baseline"
+    assert memory.peak_memory(step(True), "cuda") == 5_000, (
+        "without model=, the old gradients sit in the baseline"
+    )
 
 
 def test_peak_memory_elsewhere_is_the_peak_saved_for_backward():
     model = mlp()
     small, large = torch.randn(8, 32), torch.randn(32, 32)
-    peaks = [memory.peak_memory(lambda b=b: model(b).sum().backward(), "cpu", exclude=[b]) for b in (small, large)]
-    assert peaks[1] == 4 * peaks[0] == 4 * 3 * 8 * 32 * 4, "three ReLU outputs saved, linear in the batch"
+    peaks = [
+        memory.peak_memory(lambda b=b: model(b).sum().backward(), "cpu", exclude=[b])
+        for b in (small, large)
+    ]
+    assert peaks[1] == 4 * peaks[0] == 4 * 3 * 8 * 32 * 4, (
+        "three ReLU outputs saved, linear in the batch"
+    )
 
 
 def test_meter_releases_after_backward_and_keeps_a_live_graph():
@@ -90,7 +110,9 @@ def test_meter_releases_after_backward_and_keeps_a_live_graph():
     assert meter.live == 0 and meter.peak == kept
     with memory.SavedTensorMeter() as meter:
         outputs = [model(x) for _ in range(3)]  # three graphs kept alive by their outputs
-    assert meter.live == 3 * (kept - x.nbytes) + x.nbytes, "x is shared, each graph keeps its own activations"
+    assert meter.live == 3 * (kept - x.nbytes) + x.nbytes, (
+        "x is shared, each graph keeps its own activations"
+    )
     del outputs
     assert meter.live == 0
     with memory.SavedTensorMeter() as meter, torch.no_grad():

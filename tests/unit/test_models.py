@@ -11,7 +11,9 @@ def test_output_shape_and_width():
     model = gpucourse.SmallCNN(width=8)
     assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 4)
     assert model(torch.zeros(2, 3, 64, 64)).shape == (2, 4), "any image size from 32 up"
-    assert sum(p.numel() for p in gpucourse.SmallCNN(width=16).parameters()) > sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for p in gpucourse.SmallCNN(width=16).parameters()) > sum(
+        p.numel() for p in model.parameters()
+    )
 
 
 @pytest.mark.slow  # trains for about half a minute on one CPU thread

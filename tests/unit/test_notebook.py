@@ -1,4 +1,5 @@
-"""gpucourse.notebook: seeding, and a cell run out of order or unanswered says what to do, and still fails."""
+"""gpucourse.notebook: seeding, and a cell run out of order or unanswered says what to do, and
+still fails."""
 
 import random
 
@@ -26,7 +27,11 @@ def test_same_seed_same_numbers():
 
 def run(*sources):
     nb = new_notebook(cells=[new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     NotebookClient(nb, timeout=120, allow_errors=True).execute()
     return nb
 
@@ -50,6 +55,6 @@ def test_friendly_hints_keep_the_error():
     assert "earlier cell" in "\n".join(name_error.traceback)
     assert todo.ename == "NotImplementedError" and "not answered yet" in "\n".join(todo.traceback)
     assert other.ename == "ZeroDivisionError" and "earlier cell" not in "\n".join(other.traceback)
-    assert library.ename == "NotImplementedError" and "not answered yet" not in "\n".join(library.traceback), (
-        "a library's own NotImplementedError is not an unanswered exercise"
-    )
+    assert library.ename == "NotImplementedError" and "not answered yet" not in "\n".join(
+        library.traceback
+    ), "a library's own NotImplementedError is not an unanswered exercise"

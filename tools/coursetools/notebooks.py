@@ -38,13 +38,18 @@ def copy_course(target: Path, root: Path = ROOT) -> Path:
     """A minimal copy of the course (nbgrader config + sources) to generate or grade in."""
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(root / "nbgrader_config.py", target)
-    shutil.copytree(root / "solutions", target / "solutions", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(
+        root / "solutions",
+        target / "solutions",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+    )
     return target
 
 
 def venv_env() -> dict:
-    """The environment with this Python's bin/ first on PATH (nbgrader runs `alembic` from there)."""
+    """The environment with this Python's bin/ first on PATH (nbgrader runs `alembic` from
+    there)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
@@ -54,8 +59,18 @@ def generate(course_dir: Path, only: list[str] | None = None) -> None:
     """Run ``nbgrader generate_assignment`` for the lessons inside ``course_dir``."""
     for lesson in only or lessons(course_dir):
         subprocess.run(
-            [sys.executable, "-m", "nbgrader", "generate_assignment", lesson, "--force", "--log-level=WARN"],
-            cwd=course_dir, check=True, env=venv_env(),
+            [
+                sys.executable,
+                "-m",
+                "nbgrader",
+                "generate_assignment",
+                lesson,
+                "--force",
+                "--log-level=WARN",
+            ],
+            cwd=course_dir,
+            check=True,
+            env=venv_env(),
         )
 
 
@@ -66,7 +81,8 @@ def _committed(path: Path) -> bytes | None:
 
 
 def _edited(path: Path) -> bool:
-    """True when ``path`` differs from its committed version (a file git does not know is not a learner's)."""
+    """True when ``path`` differs from its committed version (a file git does not know is not a
+    learner's)."""
     committed = _committed(path)
     return committed is not None and path.read_bytes() != committed
 
@@ -96,7 +112,12 @@ def refresh_checked(notebook: Path) -> int:
 
     nb = nbformat.read(notebook, as_version=4)
     executed = nbformat.read(notebook, as_version=4)
-    NotebookClient(executed, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    NotebookClient(
+        executed,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(notebook.parent)}},
+    ).execute()
     kept = 0
     for cell, ran in zip(nb.cells, executed.cells, strict=True):
         if cell.cell_type != "code":
@@ -112,14 +133,19 @@ def refresh_checked(notebook: Path) -> int:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--refresh-checked", action="store_true", help="re-run solutions and store checked outputs")
+    parser.add_argument(
+        "--refresh-checked", action="store_true", help="re-run solutions and store checked outputs"
+    )
     parser.add_argument("lessons", nargs="*", help="only these lesson folders (default: all)")
     args = parser.parse_args(argv)
     chosen = args.lessons or lessons()
     if args.refresh_checked:
         for lesson in chosen:
             for notebook in sorted((ROOT / "solutions" / lesson).glob("*.ipynb")):
-                print(f"{notebook.relative_to(ROOT)}: {refresh_checked(notebook)} checked cell(s) refreshed")
+                print(
+                    f"{notebook.relative_to(ROOT)}: {refresh_checked(notebook)} checked cell(s) "
+                    "refreshed"
+                )
     with tempfile.TemporaryDirectory(prefix="gpucourse-generate-") as scratch:
         course = copy_course(Path(scratch))
         generate(course, chosen)

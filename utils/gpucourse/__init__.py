@@ -1,7 +1,7 @@
 """gpucourse: the helper of the course "GPUs for Machine Learning" (one module per concept).
 
-Names load on first use, so importing it never imports PyTorch, TensorFlow or DALI and ``python -m gpucourse doctor``
-can report a broken install instead of crashing on it.
+Names load on first use, so importing it never imports PyTorch, TensorFlow or DALI and ``python -m
+gpucourse doctor`` can report a broken install instead of crashing on it.
 """
 
 import importlib
@@ -9,14 +9,24 @@ import importlib.util
 
 __version__ = "0.1.0"
 
-_EXPORTS = {  # name -> module; every other module is reached as gpucourse.plots, gpucourse.memory, ...
-    "choose_device": "device", "device_facts": "device", "DeviceError": "device", "amp_dtype": "device",
-    "workload": "device", "is_grading": "device",
+# name -> module; every other module is reached as gpucourse.plots, gpucourse.memory, ...
+_EXPORTS = {
+    "choose_device": "device",
+    "device_facts": "device",
+    "DeviceError": "device",
+    "amp_dtype": "device",
+    "workload": "device",
+    "is_grading": "device",
     "benchmark": "timing",
-    "setup_notebook": "notebook", "set_seed": "notebook",
-    "make_shapes": "data", "shapes_dataset": "data", "write_image_folder": "data",
+    "setup_notebook": "notebook",
+    "set_seed": "notebook",
+    "make_shapes": "data",
+    "shapes_dataset": "data",
+    "write_image_folder": "data",
     "SmallCNN": "models",
-    "import_tensorflow": "frameworks", "import_dali": "frameworks", "import_dali_tf": "frameworks",
+    "import_tensorflow": "frameworks",
+    "import_dali": "frameworks",
+    "import_dali_tf": "frameworks",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,5 +1,6 @@
-"""The course's own images, drawn from a seed (nothing is downloaded): coloured shapes of varying size, position and
-rotation on noisy backgrounds, in memory (``shapes_dataset``) or as JPEG files (``write_image_folder``)."""
+"""The course's own images, drawn from a seed (nothing is downloaded): coloured shapes of varying
+size, position and rotation on noisy backgrounds, in memory (``shapes_dataset``) or as JPEG files
+(``write_image_folder``)."""
 
 import json
 import math
@@ -35,7 +36,9 @@ def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
     else:  # a square tilted by at most 20 degrees (never a diamond), or a triangle at any angle
         sides, start = (4, math.pi / 4 + (angle % 0.7) - 0.35) if shape == "square" else (3, angle)
         turns = [start + 2 * math.pi * k / sides for k in range(sides)]
-        draw.polygon([(cx + r * 1.3 * math.cos(a), cy + r * 1.3 * math.sin(a)) for a in turns], fill=colour)
+        draw.polygon(
+            [(cx + r * 1.3 * math.cos(a), cy + r * 1.3 * math.sin(a)) for a in turns], fill=colour
+        )
     return np.asarray(image)
 
 
@@ -50,22 +53,36 @@ def make_shapes(n: int, *, image_size: int = 32, seed: int = 0) -> tuple[np.ndar
 
 
 def shapes_dataset(n: int, *, image_size: int = 32, seed: int = 0):
-    """The shapes as a ``TensorDataset`` of float images in [0, 1] (N x 3 x H x W, contiguous: the layout a
-    ``DataLoader`` batch has, so a model runs the same kernels on either) and labels."""
+    """The shapes as a ``TensorDataset`` of float images in [0, 1] (N x 3 x H x W, contiguous: the
+    layout a ``DataLoader`` batch has, so a model runs the same kernels on either) and labels."""
     import torch
 
     images, labels = make_shapes(n, image_size=image_size, seed=seed)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().float().div_(255)  # permute alone is channels-last
+    # permute alone is channels-last
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().float().div_(255)
     return torch.utils.data.TensorDataset(x, torch.from_numpy(labels))
 
 
-def write_image_folder(root: str | os.PathLike | None = None, *, n_per_class: int = 64, image_size: int = 64, seed: int = 0,
-                       quality: int = 90) -> Path:
-    """Write the shapes as JPEG files ``root/<class>/<n>.jpg`` (default: under ``$GPUCOURSE_DATA`` or ``~/.cache/gpucourse``),
-    once: the tree is written next to ``root`` and moved into place in one step, so two processes may race."""
+def write_image_folder(
+    root: str | os.PathLike | None = None,
+    *,
+    n_per_class: int = 64,
+    image_size: int = 64,
+    seed: int = 0,
+    quality: int = 90,
+) -> Path:
+    """Write the shapes as JPEG files ``root/<class>/<n>.jpg`` (default: under ``$GPUCOURSE_DATA``
+    or ``~/.cache/gpucourse``), once: the tree is written next to ``root`` and moved into place in
+    one step, so two processes may race."""
     from PIL import Image
 
-    params = {"version": _VERSION, "n_per_class": n_per_class, "image_size": image_size, "seed": seed, "quality": quality}
+    params = {
+        "version": _VERSION,
+        "n_per_class": n_per_class,
+        "image_size": image_size,
+        "seed": seed,
+        "quality": quality,
+    }
     cache = Path(os.environ.get("GPUCOURSE_DATA") or Path.home() / ".cache" / "gpucourse")
     root = Path(root or cache / f"shapes-{image_size}px-{n_per_class}x{len(CLASSES)}-seed{seed}")
     manifest = root / "manifest.json"

@@ -1,5 +1,5 @@
-"""What a training step keeps in memory (lessons 04 and 07): ``SavedTensorMeter`` counts what autograd saves for
-backward, ``peak_memory`` measures a step's peak."""
+"""What a training step keeps in memory (lessons 04 and 07): ``SavedTensorMeter`` counts what
+autograd saves for backward, ``peak_memory`` measures a step's peak."""
 
 from __future__ import annotations
 
@@ -11,24 +11,30 @@ from torch import nn
 
 
 class SavedTensorMeter(torch.autograd.graph.saved_tensors_hooks):
-    """Bytes autograd keeps for ``backward()``, ``live`` now and at ``peak``, each storage once (not parameters or ``exclude``).
+    """Bytes autograd keeps for ``backward()``, ``live`` now and at ``peak``, each storage once (not
+    parameters or ``exclude``).
 
-    A tensor leaves ``live`` when autograd lets it go: after ``backward()``, or when its graph is unreferenced.
+    A tensor leaves ``live`` when autograd lets it go: after ``backward()``, or when its graph is
+    unreferenced.
     """
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()):
-        self._exclude = {t.untyped_storage()._cdata for t in exclude}  # one key per storage, also on meta
+        # one key per storage, also on meta
+        self._exclude = {t.untyped_storage()._cdata for t in exclude}
         self._holders: dict = {}
         self._sizes: dict = {}
         self.live = self.peak = 0
-        super().__init__(self._pack, lambda packed: packed.tensor if isinstance(packed, _Packed) else packed)
+        super().__init__(
+            self._pack, lambda packed: packed.tensor if isinstance(packed, _Packed) else packed
+        )
 
     def _pack(self, t: torch.Tensor):
         base = t._base if t._base is not None else t
         key = t.untyped_storage()._cdata
         if (base.is_leaf and base.requires_grad) or key in self._exclude:
             return t
-        packed = _Packed(t.detach())  # detached: an output saved with its grad_fn would make a cycle
+        # detached: an output saved with its grad_fn would make a cycle
+        packed = _Packed(t.detach())
         if self._holders.get(key, 0) == 0:
             self._sizes[key] = t.untyped_storage().nbytes()
             self.live += self._sizes[key]
@@ -55,10 +61,14 @@ class _Packed:  # a holder autograd keeps; when it is freed, so is the saved ten
         self.tensor = tensor
 
 
-def peak_memory(fn: Callable[[], object], device, *, model: nn.Module | None = None, exclude=()) -> int:
-    """Peak bytes of ``fn()`` above what was alive just before it; elsewhere than CUDA, the peak saved for backward.
+def peak_memory(
+    fn: Callable[[], object], device, *, model: nn.Module | None = None, exclude=()
+) -> int:
+    """Peak bytes of ``fn()`` above what was alive just before it; elsewhere than CUDA, the peak
+    saved for backward.
 
-    On CUDA ``model``'s gradients are dropped first (as a training step does), so every step starts from the same baseline.
+    On CUDA ``model``'s gradients are dropped first (as a training step does), so every step starts
+    from the same baseline.
     """
     device = torch.device(device)
     if device.type != "cuda":

@@ -1,5 +1,5 @@
-"""What every lesson's set-up cell does: seed everything, and make a cell run out of order or an unanswered exercise
-say what to do (the error stays, so nbgrader still sees a failing cell)."""
+"""What every lesson's set-up cell does: seed everything, and make a cell run out of order or an
+unanswered exercise say what to do (the error stays, so nbgrader still sees a failing cell)."""
 
 import logging
 import random
@@ -19,14 +19,17 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     """IPython's custom exception handler: the usual traceback plus one hint."""
     stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     hint = next((text for kind, text in HINTS.items() if issubclass(etype, kind)), "")
-    if hint and not (issubclass(etype, NotImplementedError) and str(value)):  # a library's own one says what it means
+    # a library's own one says what it means
+    if hint and not (issubclass(etype, NotImplementedError) and str(value)):
         stb = [*stb, "", "\x1b[1;33m" + hint.format(value=value) + "\x1b[0m"]
-    shell._showtraceback(etype, value, stb)  # what IPython's showtraceback calls: the kernel sends the error
+    # what IPython's showtraceback calls: the kernel sends the error
+    shell._showtraceback(etype, value, stb)
     return stb
 
 
 def set_seed(seed: int = 0) -> int:
-    """Seed Python, NumPy, PyTorch (every CUDA device) and TensorFlow if it is loaded (never importing it)."""
+    """Seed Python, NumPy, PyTorch (every CUDA device) and TensorFlow if it is loaded (never
+    importing it)."""
     global _last_seed
     import numpy as np
     import torch
@@ -40,16 +43,19 @@ def set_seed(seed: int = 0) -> int:
 
 
 def seed_tensorflow() -> None:
-    """Seed TensorFlow, if it is loaded, with the last seed ``set_seed`` was given (``import_tensorflow`` calls it)."""
+    """Seed TensorFlow, if it is loaded, with the last seed ``set_seed`` was given
+    (``import_tensorflow`` calls it)."""
     tf = sys.modules.get("tensorflow")
     if tf is not None and _last_seed is not None:
         tf.keras.utils.set_random_seed(_last_seed)
 
 
 def setup_notebook(seed: int = 0) -> None:
-    """Seed every generator, quiet PyTorch's CUDA_HOME warning on a CPU and, inside IPython, install the error hints."""
+    """Seed every generator, quiet PyTorch's CUDA_HOME warning on a CPU and, inside IPython,
+    install the error hints."""
     set_seed(seed)
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" when torch loads it
+    # "No CUDA runtime is found" when torch loads it
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
     if shell is not None:
         shell.set_custom_exc(tuple(HINTS), _handler)

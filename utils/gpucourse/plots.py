@@ -6,9 +6,19 @@ import matplotlib.pyplot as plt
 
 
 def stamp(ax, device) -> None:
-    """Write "measured on <device>" in the corner of ``ax``: every plot of a measurement says where it ran."""
+    """Write "measured on <device>" in the corner of ``ax``: every plot of a measurement says
+    where it ran."""
     if device is not None:
-        ax.text(1.0, 1.01, f"measured on {device}", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, alpha=0.7)
+        ax.text(
+            1.0,
+            1.01,
+            f"measured on {device}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            alpha=0.7,
+        )
 
 
 def _finish(fig, ax, title: str, device):
@@ -18,18 +28,37 @@ def _finish(fig, ax, title: str, device):
     return ax
 
 
-def bars(values: dict, *, ylabel: str, title: str = "", device=None, fmt: str = "{:.3g}", log: bool = False):
+def bars(
+    values: dict,
+    *,
+    ylabel: str,
+    title: str = "",
+    device=None,
+    fmt: str = "{:.3g}",
+    log: bool = False,
+):
     """A bar chart of ``{label: value}`` with each value written on its bar."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
     drawn = ax.bar(list(values), list(values.values()), color="tab:blue")
     ax.bar_label(drawn, labels=[fmt.format(v) for v in values.values()], fontsize=9)
     ax.set(ylabel=ylabel, yscale="log" if log else "linear")
-    if sum(len(str(label)) for label in values) > 8 * len(values):  # long labels would overlap: slant them
+    # long labels would overlap: slant them
+    if sum(len(str(label)) for label in values) > 8 * len(values):
         plt.setp(ax.get_xticklabels(), rotation=20, ha="right", rotation_mode="anchor")
     return _finish(fig, ax, title, device)
 
 
-def curves(x, ys: dict, *, xlabel: str, ylabel: str, title: str = "", device=None, logx: bool = False, logy: bool = False):
+def curves(
+    x,
+    ys: dict,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    device=None,
+    logx: bool = False,
+    logy: bool = False,
+):
     """One line per ``{label: values}`` over ``x`` (``logx``: base 2)."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for label, y in ys.items():
