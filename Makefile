@@ -46,24 +46,42 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: lab test test-fast test-gpu doctor notebooks pins grade report lint clean help colab-set FORCE
+.PHONY: help lab doctor test test-fast colab-set notebooks pins lint grade report clean test-gpu wheelhouse FORCE
 
 help:
-	@echo "make lab        set up .venv if needed, open JupyterLab on notebooks/ (NOTEBOOK_DIR=. for the formgrader)"
-	@echo "make test       set up .venv if needed, run the whole CPU suite"
-	@echo "make test-fast  helper unit tests and hygiene only (seconds)"
-	@echo "make test-gpu   on a CUDA machine: solutions under nbval with GPUCOURSE_REQUIRE_GPU=1, gpu tests, bench;"
-	@echo "                report in test-artifacts/ (stops at once, saying why, where there is no usable GPU)"
-	@echo "                where a CUDA PyTorch already is: make test-gpu ENV=system (python3) or PYTHON=/path/to/python"
-	@echo "make wheelhouse WHEELHOUSE=dir [PY=3.12 PLATFORM=manylinux_2_28_x86_64]  online: the wheels test-gpu adds,"
-	@echo "                for a GPU machine without internet: make test-gpu ENV=system WHEELHOUSE=dir there"
-	@echo "make doctor     the environment report (paste it into bug reports)"
-	@echo "make notebooks  regenerate notebooks/ from solutions/ (nbgrader)"
-	@echo "make pins       regenerate environment.yml, environment-gpu.yml and binder/ from pyproject.toml,"
-	@echo "                colab/requirements.txt and colab/constraints.txt from colab/pip-freeze.gpu.txt"
-	@echo "make grade LESSON=NN_topic  collect and autograde a class in the sandbox, a table of scores (README, instructors)"
-	@echo "make report LESSON=NN_topic after grading: reports/NN_topic.html (scores, failures per test cell) and .csv"
-	@echo "The set .venv holds: the GPU set where nvidia-smi lists an NVIDIA GPU, else the CPU set; GPU=1 or GPU=0 decides."
+	@echo "Targets (a bare make prints this and changes nothing):"
+	@echo "  make lab           set up $(VENV) if needed, then open JupyterLab on $(NOTEBOOK_DIR)/"
+	@echo "  make doctor        the environment report (paste it into bug reports)"
+	@echo "  make test          set up $(VENV) and $(COLAB_VENV) if needed, then run the whole CPU suite"
+	@echo "  make test-fast     helper unit tests and hygiene only (seconds)"
+	@echo "  make colab-set     build $(COLAB_VENV) (Colab's versions) and run the lessons' set-up cells there"
+	@echo "  make notebooks     regenerate notebooks/ from solutions/ (nbgrader)"
+	@echo "  make pins          regenerate environment*.yml, binder/ and colab/ from pyproject.toml and"
+	@echo "                     colab/pip-freeze.gpu.txt"
+	@echo "  make lint          ruff: the helper, the tools and the tests, and the lessons' formatting"
+	@echo "  make grade LESSON=NN_topic   collect and autograde a class, each kernel in the sandbox;"
+	@echo "                     prints a table of scores (docs/instructors.md)"
+	@echo "  make report LESSON=NN_topic  after grading: reports/NN_topic.html and reports/NN_topic.csv"
+	@echo "  make clean         remove the grading outputs (gradebook.db, submitted/, autograded/, feedback/)"
+	@echo "  make test-gpu      on a machine with an NVIDIA GPU: every lesson on the GPU, its claims checked,"
+	@echo "                     grading on the GPU; report in test-artifacts/ (docs/gpu-runner.md)"
+	@echo "  make wheelhouse WHEELHOUSE=dir  online: the wheels test-gpu adds, for a GPU machine offline"
+	@echo "Options, as VAR=value on the command line (with the values in use now):"
+	@echo "  GPU=1 | GPU=0      the GPU set or the CPU set; left out, nvidia-smi decides (now: the $(SET) set)"
+	@echo "  NVIDIA_SMI=$(NVIDIA_SMI)  the nvidia-smi that decides; switching sets rebuilds $(VENV)"
+	@echo "  PYTHON=$(PYTHON)     the Python that makes $(VENV); with test-gpu or wheelhouse, the Python whose"
+	@echo "                     environment (a CUDA PyTorch already there) the GPU suite runs in"
+	@echo "  ENV=system         test-gpu or wheelhouse in python3's environment as found on PATH"
+	@echo "  VENV=$(VENV)  COLAB_VENV=$(COLAB_VENV)  where the two environments live"
+	@echo "  PORT=$(PORT)  NOTEBOOK_DIR=$(NOTEBOOK_DIR)  lab: its port and folder (NOTEBOOK_DIR=. for the formgrader)"
+	@echo "  JOBS=$(JOBS)  THREADS=$(THREADS)  test: pytest workers, and threads per worker and per notebook kernel"
+	@echo "  LESSON=NN_topic    grade, report: the lesson (a folder of solutions/)"
+	@echo "  GRADE_JOBS=n       grade: submissions graded at once (default: one per core)"
+	@echo "  UNSANDBOXED=1      grade: without the sandbox, for submissions you trust"
+	@echo '  GPU_ARGS="..."     test-gpu: lessons and flags, e.g. GPU_ARGS="04_mixed_precision --require-all"'
+	@echo "  WHEELHOUSE=dir     wheelhouse: where the wheels go; test-gpu: install from there, offline"
+	@echo "  PY=3.12  PLATFORM=manylinux_2_28_x86_64  wheelhouse: the GPU machine's Python and platform"
+	@echo "                     (left out: this machine's)"
 
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
 # pip cannot take out one CUDA major's libraries cleanly, they share file paths).
@@ -131,7 +149,6 @@ endif
 
 # The wheels `make test-gpu ENV=system` adds (the suite's small packages, nbval's kernel stack, nbgrader; no
 # framework), binary only, for the GPU machine's Python and platform: run online, then copy the folder there.
-.PHONY: wheelhouse
 wheelhouse:
 	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
 	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
