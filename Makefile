@@ -162,15 +162,15 @@ notebooks: $(STAMP)
 pins: $(STAMP)
 	$(BIN)/python -m coursetools.pins
 
-# Grade a class (coursetools.grade): every submission of LESSON, each kernel sandboxed, as many at once as cores.
+# Grade a class (coursetools.grading): every submission of LESSON, each kernel sandboxed, as many at once as cores.
 grade: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make grade LESSON=NN_topic [GRADE_JOBS=n] [UNSANDBOXED=1]"; exit 2; }
-	$(BIN)/python -m coursetools.grade $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
+	$(BIN)/python -m coursetools.grading $(LESSON) $(if $(GRADE_JOBS),--jobs $(GRADE_JOBS)) $(if $(UNSANDBOXED),--unsandboxed)
 
-# The class report from the gradebook (tools/report.py), after grading: reports/LESSON.html and reports/LESSON.csv.
+# The class report (coursetools.grading.report), after grading: reports/LESSON.html and reports/LESSON.csv.
 report: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make report LESSON=NN_topic"; exit 2; }
-	$(BIN)/python -m coursetools.report $(LESSON)
+	$(BIN)/python -m coursetools.grading.report $(LESSON)
 
 # The lessons' code too: ruff formats notebooks at pyproject's 100 columns (tests/course/test_hygiene.py checks it).
 lint: $(STAMP)

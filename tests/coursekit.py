@@ -77,11 +77,24 @@ def answer_of(test_id: str, answer_ids: list[str]) -> str | None:
 
 @dataclass
 class Fixture:
-    """A wrong-answer fixture: replacement sources for some answer cells of a lesson."""
+    """Replacement sources for some answer cells of a lesson (tests/fixtures/<lesson>/<name>.py).
+
+    A fixture named ``right_*`` holds right answers written another natural way: it keeps full marks. Any other
+    fixture holds wrong answers: it loses exactly the points of the test cells of the answers it names.
+    """
 
     lesson: str
     name: str
     answers: dict[str, str]
+
+    @property
+    def right(self) -> bool:
+        return self.name.startswith("right_")
+
+    @property
+    def wrong(self) -> set[str]:
+        """The answers it gets wrong (none for a right fixture)."""
+        return set() if self.right else set(self.answers)
 
 
 def fixtures(lesson: str | None = None) -> list[Fixture]:
@@ -89,10 +102,8 @@ def fixtures(lesson: str | None = None) -> list[Fixture]:
     found = []
     for path in sorted(FIXTURES.glob(f"{lesson or '*'}/*.py")):
         parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
-        answers = {
-            grade_id: source.strip("\n")
-            for grade_id, source in zip(parts[1::2], parts[2::2], strict=True)
-        }
+        sections = zip(parts[1::2], parts[2::2], strict=True)
+        answers = {grade_id: source.strip("\n") for grade_id, source in sections}
         found.append(Fixture(path.parent.name, path.stem, answers))
     return found
 
@@ -171,10 +182,10 @@ def env() -> dict:
 
 
 def sandbox_switch() -> list[str]:
-    """Nothing where autograde can use its sandbox (coursetools.grade); elsewhere the explicit unsandboxed switch."""
-    from coursetools import grade
+    """Nothing where autograde can use its sandbox; elsewhere the explicit unsandboxed switch."""
+    from coursetools.grading.sandbox import UNSANDBOXED, sandbox_problem
 
-    return [] if grade.sandbox_problem() is None else [grade.UNSANDBOXED]
+    return [] if sandbox_problem() is None else [UNSANDBOXED]
 
 
 def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -10,20 +10,20 @@ JupyterHub admin would set it up (the students' files also give their ids).
     bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
     instructor  collect; the rest of the class handed in outside the exchange (copied into submitted/, as
                 nbgrader allows): "untouched" (the student notebook as released) and one student per other
-                wrong-answer fixture of lesson 01, named after it;
+                right- or wrong-answer fixture of lesson 01, named after it;
                 autograde, scores alice's and bob's written answers by hand (nbgrader's gradebook API, as the
                 formgrader does), generate_feedback, release_feedback (alice's and bob's), export
     bob         fetch_feedback
     instructor  lesson 09 (the capstone) for alice, handed in outside the exchange: generate_assignment,
                 autograde; the class table `make grade` prints shows the speed-up her program measured
 
-Autograde is held to what tests/test_grading.py::test_autograde asserts for every other lesson
+Autograde is held to what test_grading.py::test_autograde asserts for every other lesson
 (coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without crashing the
 grader, each fixture loses exactly the points of its answers' test cells, written answers wait for the
 instructor, no submission is changed, and no cell of the solution warns. Then the scores in the gradebook and
-grades.csv, and bob's feedback names the test cells he failed. The class report (tools/report.py) built from this
-gradebook agrees with it, and no feedback shows a line of the hidden tests unless the instructor's switch says so
-(tests/test_report.py's check_report and check_feedback). The commands run are written to
+grades.csv, and bob's feedback names the test cells he failed. The class report built from this gradebook
+agrees with it, and no feedback shows a line of the hidden tests unless the instructor's switch says so
+(gradingkit.check_report and check_feedback). The commands run are written to
 test-artifacts/classroom-commands.txt.
 """
 
@@ -38,15 +38,26 @@ import time
 from pathlib import Path
 
 import coursekit as ck
+import gradingkit as gk
 import nbformat
 import pytest
-import test_report  # tests/test_report.py: the class report's and the feedback's checks
+from coursetools.grading.rows import SPEEDUP, SPEEDUP_CELL, class_rows
 
 LESSON = ck.CLASSROOM_LESSON
-COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(1)
+COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(
+    1
+)
 PARTLY_WRONG = "partly_right"  # tests/fixtures/01_verify_gpu/partly_right.py
-HIDDEN_FAILURE = "skips_and_units"  # passes the visible tests of test_gpu_features, fails its hidden ones
-MANUAL = {"alice": (2, None), "bob": (1, "Right about the launch; now say how you would synchronize before reading the clock.")}
+HIDDEN_FAILURE = (
+    "skips_and_units"  # passes the visible tests of test_gpu_features, fails its hidden ones
+)
+MANUAL = {
+    "alice": (2, None),
+    "bob": (
+        1,
+        "Right about the launch; now say how you would synchronize before reading the clock.",
+    ),
+}
 
 
 class Classroom:
@@ -60,9 +71,14 @@ class Classroom:
         self.course = ck.copy_course(tmp / "instructor" / "course")
         self.log: list[str] = []
         for who in ("instructor", "alice", "bob"):
-            lines = [f"c.CourseDirectory.course_id = {COURSE_ID!r}", f"c.Exchange.root = {str(self.exchange)!r}"]
+            lines = [
+                f"c.CourseDirectory.course_id = {COURSE_ID!r}",
+                f"c.Exchange.root = {str(self.exchange)!r}",
+            ]
             if who != "instructor":
-                lines.append(f"c.CourseDirectory.student_id = {who!r}")  # on JupyterHub: the user name
+                lines.append(
+                    f"c.CourseDirectory.student_id = {who!r}"
+                )  # on JupyterHub: the user name
                 (self.home(who) / "work").mkdir(parents=True)
             config = self.home(who) / ".jupyter" / "nbgrader_config.py"
             config.parent.mkdir(parents=True)
@@ -76,18 +92,32 @@ class Classroom:
 
     def nbgrader(self, who: str, *args: str) -> str:
         env = ck.env()
-        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_PLATFORM_DIRS",
-                     "GPUCOURSE_REQUIRE_GPU"):
+        for name in (
+            "JUPYTER_CONFIG_DIR",
+            "JUPYTER_DATA_DIR",
+            "JUPYTER_RUNTIME_DIR",
+            "JUPYTER_PLATFORM_DIRS",
+            "GPUCOURSE_REQUIRE_GPU",
+        ):
             env.pop(name, None)
         env["HOME"] = str(self.home(who))
         started = time.monotonic()
         switch = ck.sandbox_switch() if args[0] == "autograde" else []
         if args[0] == "autograde":
             env["PYTHONWARNINGS"] = ck.WARNINGS_ON
-        result = subprocess.run([sys.executable, "-m", "nbgrader", *args, *switch], cwd=self.workdir(who), env=env,
-                                capture_output=True, text=True)
-        self.log.append(f"{who:>10}$ nbgrader {shlex.join(args):<45} # {time.monotonic() - started:.0f} s")
-        assert result.returncode == 0, f"{who}: nbgrader {shlex.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        result = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args, *switch],
+            cwd=self.workdir(who),
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        self.log.append(
+            f"{who:>10}$ nbgrader {shlex.join(args):<45} # {time.monotonic() - started:.0f} s"
+        )
+        assert result.returncode == 0, (
+            f"{who}: nbgrader {shlex.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        )
         return result.stdout + result.stderr
 
     def note(self, who: str, what: str) -> None:
@@ -105,17 +135,23 @@ def _answers(student: str) -> tuple[dict[str, str], set[str]]:
 
 def _feedback_scores(html: str) -> dict[str, tuple[float, float]]:
     """grade_id -> (score, points) of each test cell, as the feedback page shows them."""
-    found = re.findall(r"Grade cell: <code>(\w+)</code>.*?Score: ([\d.]+) / ([\d.]+)", html, flags=re.S)
+    found = re.findall(
+        r"Grade cell: <code>(\w+)</code>.*?Score: ([\d.]+) / ([\d.]+)", html, flags=re.S
+    )
     return {grade_id: (float(score), float(points)) for grade_id, score, points in found}
 
 
 @pytest.mark.slow
-def test_the_classroom_loop(tmp_path):
+def test_classroom_loop(tmp_path):
+    """Release, fetch, validate, submit, collect, autograde, grade by hand, feedback, export, report."""
     room = Classroom(tmp_path)
     notebook = ck.solution_path(LESSON).name
     source = ck.read(ck.solution_path(LESSON))
     answer_ids = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(source, "answer")]
-    tests = {c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points for c in ck.nbgrader_cells(source, "test")}
+    tests = {
+        c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points
+        for c in ck.nbgrader_cells(source, "test")
+    }
     (written,) = [c.metadata.nbgrader for c in ck.nbgrader_cells(source, "written")]
 
     room.nbgrader("instructor", "generate_assignment", LESSON, "--force")
@@ -125,7 +161,9 @@ def test_the_classroom_loop(tmp_path):
     for student in ("alice", "bob"):
         room.nbgrader(student, "fetch_assignment", LESSON)
         fetched = room.workdir(student) / LESSON / notebook
-        assert fetched.read_bytes() == ck.student_path(LESSON).read_bytes(), "students get the committed notebooks/"
+        assert fetched.read_bytes() == ck.student_path(LESSON).read_bytes(), (
+            "students get the committed notebooks/"
+        )
         room.note(student, f"answers the exercises in {LESSON}/{notebook} and saves it")
         nbformat.write(ck.submission_from(ck.read(fetched), _answers(student)[0]), fetched)
         if student == "alice":  # the assignment list's Validate button, before she submits
@@ -139,13 +177,21 @@ def test_the_classroom_loop(tmp_path):
         path = room.course / "submitted" / student / LESSON / notebook
         assert path.exists(), f"{student}'s work was collected"
         submitted[student] = (path, path.read_bytes(), _answers(student)[1])
-    room.note("instructor", "copies the rest of the class's notebooks (and their time stamps) into submitted/")
+    room.note(
+        "instructor",
+        "copies the rest of the class's notebooks (and their time stamps) into submitted/",
+    )
     released, solution = ck.read(ck.student_path(LESSON)), ck.solution_answers(LESSON)
-    stamp = (room.course / "submitted" / "alice" / LESSON / "timestamp.txt").read_text()  # as collect writes it
+    stamp = (
+        room.course / "submitted" / "alice" / LESSON / "timestamp.txt"
+    ).read_text()  # as collect writes it
     rest = {"untouched": (released, None)}
     for fixture in ck.fixtures(LESSON):
         if fixture.name != PARTLY_WRONG:
-            rest[fixture.name] = (ck.submission_from(released, {**solution, **fixture.answers}), set(fixture.answers))
+            rest[fixture.name] = (
+                ck.submission_from(released, {**solution, **fixture.answers}),
+                set(fixture.answers),
+            )
     for student, (nb, wrong) in rest.items():
         path = ck.submit(room.course, student, LESSON, nb)
         (path.parent / "timestamp.txt").write_text(stamp)  # release_feedback reads it
@@ -167,11 +213,16 @@ def test_the_classroom_loop(tmp_path):
             grade.manual_score = score
             grade.needs_manual_grade = False
             if comment:
-                gb.find_comment(written.grade_id, Path(notebook).stem, LESSON, student).manual_comment = comment
+                gb.find_comment(
+                    written.grade_id, Path(notebook).stem, LESSON, student
+                ).manual_comment = comment
         gb.db.commit()
 
     room.nbgrader("instructor", "generate_feedback", LESSON)
-    for student in ("alice", "bob"):  # the rest of the class did not hand in through the exchange: no feedback there
+    for student in (
+        "alice",
+        "bob",
+    ):  # the rest of the class did not hand in through the exchange: no feedback there
         room.nbgrader("instructor", "release_feedback", LESSON, f"--student={student}")
     room.nbgrader("instructor", "export")
     room.nbgrader("bob", "fetch_feedback", LESSON)
@@ -186,65 +237,64 @@ def test_the_classroom_loop(tmp_path):
         expected = {t: (0.0 if t in wrong else float(points)) for t, points in tests.items()}
         got = ck.scores(room.course, LESSON, student)
         assert {t: got[t][0] for t in tests} == expected, f"{student}'s autograded scores"
-        assert got[written.grade_id][:2] == (manual, written.points) and not got[written.grade_id][2]
+        assert (
+            got[written.grade_id][:2] == (manual, written.points) and not got[written.grade_id][2]
+        )
         score = sum(expected.values()) + manual
-        assert float(rows[student]["score"]) == score and float(rows[student]["max_score"]) == total, rows[student]
+        assert (
+            float(rows[student]["score"]) == score and float(rows[student]["max_score"]) == total
+        ), rows[student]
 
-        html = (room.course / "feedback" / student / LESSON / notebook.replace(".ipynb", ".html")).read_text()
-        assert f"(Score: {score:.1f} / {total:.1f})" in html, f"{student}'s feedback shows the total"
+        html = (
+            room.course / "feedback" / student / LESSON / notebook.replace(".ipynb", ".html")
+        ).read_text()
+        assert f"(Score: {score:.1f} / {total:.1f})" in html, (
+            f"{student}'s feedback shows the total"
+        )
         assert _feedback_scores(html) == {t: (expected[t], float(p)) for t, p in tests.items()}, (
             f"{student}'s feedback names each test cell with its score"
         )
         if comment:
             assert comment in html, "the instructor's comment reaches the student"
-    assert {"test_visible_gpu_count", "test_matmul_tflops"} == {t for t, (s, _) in _feedback_scores(html).items() if s == 0}
+    assert {"test_visible_gpu_count", "test_matmul_tflops"} == {
+        t for t, (s, _) in _feedback_scores(html).items() if s == 0
+    }
     assert "unset: every GPU is visible" in html, "bob sees why the visible test failed"
-    (fetched,) = (room.workdir("bob") / LESSON / "feedback").glob(f"*/{notebook.replace('.ipynb', '.html')}")
+    (fetched,) = (room.workdir("bob") / LESSON / "feedback").glob(
+        f"*/{notebook.replace('.ipynb', '.html')}"
+    )
     assert fetched.read_text() == html, "bob fetched his feedback through the exchange"
     # The class report from this gradebook, and feedback that names a failed hidden test without showing its code.
-    test_report.check_report(room.course, LESSON)
-    test_report.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
+    gk.check_report(room.course, LESSON)
+    gk.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
 
-    # Lesson 09 in the same class: alice's capstone, graded as above; the class table (tools/grade.py) shows the
-    # speed-up her program measured on this machine beside her score, never in it.
-    from coursetools import grade
-
+    # Lesson 09 in the same class: alice's capstone, graded as above; the class table shows the speed-up her
+    # program measured on this machine (its locked cell measure_speedup) beside her score, never in it.
     capstone = "09_make_it_fast"
     room.nbgrader("instructor", "generate_assignment", capstone, "--force")
     work = ck.submission_from(ck.read(ck.student_path(capstone)), ck.solution_answers(capstone))
     ck.submit(room.course, "alice", capstone, work)
     room.nbgrader("instructor", "autograde", capstone, "--student=alice")
-    (row,) = grade.table(room.course, capstone, {"alice": 0.0})
-    assert row["score"] == row["max"] - row["by hand"] and not row["failed"], f"alice's capstone: {row}"
-    assert (row["speed-up"] or 0) > 0, "the class table shows the speed-up alice's program measured"
+    (row,) = class_rows(room.course, capstone).rows
+    assert row.score == row.max_score - row.waiting and not row.failed, f"alice's capstone: {row}"
+    assert (row.speedup or 0) > 0, "the class table shows the speed-up alice's program measured"
     (artifacts / "classroom-commands.txt").write_text("\n".join(room.log) + "\n")
     print("\n" + "\n".join(room.log))
     print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
 
 
-
-def test_the_class_table_ranks_lesson_09_by_the_speed_up_each_submission_measured(tmp_path):
-    """Lesson 09 prints the speed-up its learner's program reached, measured back to back on the grading machine;
-    `make grade` (tools/grade.py) reads it from each autograded notebook, shows it beside the score and ranks the
-    class by it. A submission that printed none (its program failed first) shows "-", last. Never graded: the
-    scores stay what the tests gave (lesson 09's autograde runs in tests/test_grading.py)."""
-    from coursetools import grade
-
-    cell = next(c for c in ck.read(ck.solution_path("09_make_it_fast")).cells if "speed-up over the baseline" in c.source)
-    assert 'f"fast_train speed-up over the baseline: {speedup:.2f}x on ' in cell.source, "the line grade.SPEEDUP reads"
-    rows = []
-    for student, printed in (("ann", "1.31x"), ("bo", None), ("cy", "2.40x")):
-        nb = nbformat.v4.new_notebook()
-        nb.cells.append(nbformat.v4.new_code_cell("slow, slow_time = ..."))
-        ratio = f"fast_train speed-up over the baseline: {printed} on cpu (1.5 s -> 1.2 s)\n" if printed else ""
-        text = "epoch 0: loss 1.384\n" + ratio
-        nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-        path = tmp_path / f"{student}.ipynb"
-        nbformat.write(nb, path)
-        rows.append({"student": student, "seconds": 20.0, "score": 11.0, "max": 16.0, "by hand": 5.0, "failed": [],
-                     grade.TIMEOUT: [], grade.DIED: [], grade.NOT_RUN: [], "speed-up": grade.speedup(path)})
-    header, *lines = grade.show(rows).splitlines()
-    assert "speed-up" in header
-    assert [line.split()[0] for line in lines] == ["cy", "ann", "bo"], "ranked by the speed-up, none last"
-    assert "2.40x" in lines[0] and "1.31x" in lines[1] and " - " in lines[2]
-    assert all("11 / 16 (+5 by hand)" in line for line in lines), "the score is the tests', whatever the speed-up"
+def test_lesson_09_measures_in_a_locked_cell():
+    """Lesson 09's ratio is printed by one locked cell, `measure_speedup`, the only output the class table reads:
+    autograde gives a locked cell its source's code back, so a learner's edit cannot set a rank."""
+    source = ck.read(ck.solution_path("09_make_it_fast"))
+    cells = [
+        c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == SPEEDUP_CELL
+    ]
+    assert len(cells) == 1, f"lesson 09 has one cell with grade_id {SPEEDUP_CELL!r}"
+    (cell,) = cells
+    meta = cell.metadata.nbgrader
+    assert meta.get("locked") and not meta.get("grade") and not meta.get("solution"), meta
+    assert "fast_train speed-up over the baseline: {" in cell.source, (
+        "it prints the line the table reads"
+    )
+    assert SPEEDUP.search("fast_train speed-up over the baseline: 1.31x on cpu")

@@ -1,19 +1,17 @@
 """The grading round trip, as an instructor runs it, in a scratch course.
 
-- notebooks/ is exactly what nbgrader generates from solutions/ (checked in the
-  scratch course the autograde run generates anyway);
-- autograde: the solutions score full marks, the untouched student notebook
-  scores zero without crashing the grader, the solution with every test cell
-  deleted keeps full marks (they come back where they were), and every
-  wrong-answer fixture loses exactly the points of the test cells of the
-  answers it gets wrong;
+- notebooks/ is exactly what nbgrader generates from solutions/ (checked in the scratch course the autograde run
+  generates anyway);
+- autograde: the solutions score full marks, the untouched student notebook scores zero without crashing the
+  grader, the solution with every test cell deleted keeps full marks (they come back where they were), every
+  wrong-answer fixture loses exactly the points of the test cells of the answers it gets wrong, and every
+  right-answer fixture (tests/fixtures/NN_topic/right_*.py) keeps full marks;
 - no cell of a solution raises a DeprecationWarning or FutureWarning.
 
-`nbgrader validate` (the learner's Validate button) is run by alice in
-tests/test_classroom.py; what it asserts here (solutions pass, untouched
-notebooks fail every test) is what autograde's scores already assert.
-Lesson 01 (ck.CLASSROOM_LESSON) is autograded there too, with the same
-checks on the same submissions, so test_autograde leaves it out.
+`nbgrader validate` (the learner's Validate button) is run by alice in test_classroom.py; what it asserts here
+(solutions pass, untouched notebooks fail every test) is what autograde's scores already assert. Lesson 01
+(ck.CLASSROOM_LESSON) is autograded there, with the same checks on the same submissions, so test_autograde
+leaves it out.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from __future__ import annotations
 import filecmp
 
 import coursekit as ck
+import gradingkit as gk
 import pytest
-from test_deleted_cells import deleted_tests_submission, restored_after
 
 LESSONS = ck.lessons()
 
@@ -44,25 +42,31 @@ def _check_generated(course, lesson: str) -> None:
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_exercise_has_wrong_answer_fixtures(lesson):
-    answers = [c.metadata.nbgrader.grade_id for c in ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "answer")]
-    covered = [grade_id for f in ck.fixtures(lesson) for grade_id in f.answers]
+    """Each exercise is answered wrong in two wrong-answer fixtures; right_* fixtures do not count."""
+    exercises = ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "answer")
+    answers = [c.metadata.nbgrader.grade_id for c in exercises]
+    wrong = [grade_id for f in ck.fixtures(lesson) for grade_id in f.wrong]
     for grade_id in answers:
-        assert covered.count(grade_id) >= 2, f"{lesson}: exercise {grade_id!r} needs wrong answers in two fixtures"
-    unknown = set(covered) - set(answers)
+        assert wrong.count(grade_id) >= 2, (
+            f"{lesson}: {grade_id!r} needs wrong answers in two fixtures"
+        )
+    named = {grade_id for f in ck.fixtures(lesson) for grade_id in f.answers}
+    unknown = named - set(answers)
     assert not unknown, f"fixtures of {lesson} name cells that are not exercises: {unknown}"
 
 
 def _submission(lesson: str, name: str):
+    """The submission called ``name`` and the answers it gets wrong (None: untouched, every test fails)."""
     student = ck.read(ck.student_path(lesson))
     if name == "untouched":
-        return student, set()
+        return student, None
     answers = ck.solution_answers(lesson)
     if name == "solution":
         return ck.submission_from(student, answers), set()
-    if name == "deleted_tests":  # every test cell deleted: they come back where they were (test_deleted_cells.py)
-        return deleted_tests_submission(lesson), set()
+    if name == "deleted_tests":  # every test cell deleted: they come back where they were
+        return gk.deleted_tests_submission(lesson), set()
     (fixture,) = [f for f in ck.fixtures(lesson) if f.name == name]
-    return ck.submission_from(student, {**answers, **fixture.answers}), set(fixture.answers)
+    return ck.submission_from(student, {**answers, **fixture.answers}), fixture.wrong
 
 
 @pytest.mark.slow
@@ -70,11 +74,10 @@ def _submission(lesson: str, name: str):
 def test_autograde(lesson, tmp_path, monkeypatch):
     """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a class.
 
-    The students are the solution, the untouched student notebook and each
-    wrong-answer fixture; a failure lists every submission that scored wrong.
+    The students are the solution, the untouched student notebook and each right- or wrong-answer fixture;
+    a failure lists every submission that scored wrong.
     """
     monkeypatch.setenv("PYTHONWARNINGS", ck.WARNINGS_ON)
-    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
     course = ck.scratch_course(tmp_path, [lesson])
     _check_generated(course, lesson)
     names = ["solution", "untouched", "deleted_tests", *(f.name for f in ck.fixtures(lesson))]
@@ -82,14 +85,16 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     for name in names:
         nb, wrong = _submission(lesson, name)
         path = ck.submit(course, name, lesson, nb)
-        submitted[name] = (path, path.read_bytes(), None if name == "untouched" else wrong)
+        submitted[name] = (path, path.read_bytes(), wrong)
 
     result = ck.nbgrader(course, "autograde", lesson, "--force")
     assert result.returncode == 0, result.stdout + result.stderr
     problems = ck.autograde_problems(course, lesson, submitted)
-    graded = ck.read(course / "autograded" / "deleted_tests" / lesson / ck.solution_path(lesson).name)
+    notebook = ck.solution_path(lesson).name
+    graded = ck.read(course / "autograded" / "deleted_tests" / lesson / notebook)
     released = ck.read(ck.student_path(lesson))
-    problems += [f"deleted_tests: {cell} came back in the wrong place" for cell in restored_after(graded, released)]
+    moved = gk.restored_after(graded, released)
+    problems += [f"deleted_tests: {cell} came back in the wrong place" for cell in moved]
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
-    warning = ck.cell_warning(course / "autograded" / "solution" / lesson / ck.solution_path(lesson).name)
+    warning = ck.cell_warning(course / "autograded" / "solution" / lesson / notebook)
     assert not warning, f"a solution cell warns: {warning}"

@@ -1,7 +1,7 @@
-"""The grader a class can be trusted with (tools/grade.py), as `make grade` runs it, on a scratch course.
+"""The grader a class can be trusted with (`make grade`, coursetools.grading), on a scratch course.
 
 The course is the real nbgrader_config.py with a small assignment of three exercises (so a run takes seconds,
-not a lesson's minutes). Five students are graded by one `tools/grade.py` run, two at a time:
+not a lesson's minutes). Five students are graded by one `make grade` run, two at a time:
 
     right    every answer right
     snoop    an untouched notebook whose first answer reads solutions/, the gradebook and `right`'s
@@ -28,30 +28,16 @@ import threading
 import coursekit as ck
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from coursetools.grading.rows import class_rows
+from coursetools.grading.sandbox import UNSANDBOXED, sandbox_command, sandbox_problem
+from coursetools.grading.table import show
 
-from coursetools import grade
-
-ASSIGNMENT, NAME = "00_sandbox", "sandbox.ipynb"
-EXERCISES = {"double": ("2 * x", (1, 2), (3, 6)), "square": ("x * x", (2, 4), (3, 9)), "negate": ("-x", (1, -1), (3, -3))}
+ASSIGNMENT, NAME, EXERCISES = ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME, ck.SANDBOX_EXERCISES
 CELL_TIMEOUT, BOUND = 8, 60
-SANDBOX = grade.sandbox_problem()
-needs_sandbox = pytest.mark.skipif(SANDBOX is not None, reason=f"{SANDBOX} (.ci/run installs bubblewrap)")
-
-
-def _source() -> nbformat.NotebookNode:
-    cells = [new_markdown_cell("# Three small exercises")]
-    for name, (body, (arg, result), (hidden, hidden_result)) in EXERCISES.items():
-        answer = new_code_cell(f"def {name}(x):\n    ### BEGIN SOLUTION\n    return {body}\n    ### END SOLUTION")
-        answer.metadata.nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": name, "schema_version": 3}
-        test = new_code_cell(f"assert {name}({arg}) == {result}\n"
-                             f"### BEGIN HIDDEN TESTS\nassert {name}({hidden}) == {hidden_result}\n### END HIDDEN TESTS")
-        test.metadata.nbgrader = {"grade": True, "solution": False, "locked": True, "points": 1,
-                                  "grade_id": f"test_{name}", "schema_version": 3}
-        cells += [answer, test]
-    nb = new_notebook(cells=cells)
-    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+SANDBOX = sandbox_problem()
+needs_sandbox = pytest.mark.skipif(
+    SANDBOX is not None, reason=f"{SANDBOX} (.ci/run installs bubblewrap)"
+)
 
 
 SNOOP = """import glob, json, socket
@@ -94,9 +80,15 @@ class Server:
 def _submissions(course, port) -> dict[str, nbformat.NotebookNode]:
     student = ck.read(course / "release" / ASSIGNMENT / NAME)
     right = {name: f"def {name}(x):\n    return {body}" for name, (body, _, _) in EXERCISES.items()}
-    snoop = SNOOP.format(port=port, solution=str(course / "source" / ASSIGNMENT / "*.ipynb"), targets={
-        "solutions": str(course / "source" / "*" / "*.ipynb"), "gradebook": str(course / "gradebook.db"),
-        "others": str(course / "submitted" / "right" / "*" / "*.ipynb")})
+    snoop = SNOOP.format(
+        port=port,
+        solution=str(course / "source" / ASSIGNMENT / "*.ipynb"),
+        targets={
+            "solutions": str(course / "source" / "*" / "*.ipynb"),
+            "gradebook": str(course / "gradebook.db"),
+            "others": str(course / "submitted" / "right" / "*" / "*.ipynb"),
+        },
+    )
     out = {
         "right": ck.submission_from(student, right),
         "snoop": ck.submission_from(student, {"double": snoop}),
@@ -104,28 +96,34 @@ def _submissions(course, port) -> dict[str, nbformat.NotebookNode]:
         "deleted": ck.submission_from(student, right),
         "crash": ck.submission_from(student, {**right, "square": "import os\nos._exit(3)"}),
     }
-    out["deleted"].cells = [c for c in out["deleted"].cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_double"]
+    out["deleted"].cells = [
+        c
+        for c in out["deleted"].cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") != "test_double"
+    ]
     return out
 
 
-def _course(tmp_path):
-    course = tmp_path / "course"
-    (course / "source" / ASSIGNMENT).mkdir(parents=True)
-    (course / "tools").mkdir()
-    shutil.copy(ck.ROOT / "nbgrader_config.py", course)
-    shutil.copy(ck.ROOT / "tools" / "grade.py", course / "tools")
-    with open(course / "nbgrader_config.py", "a") as config:  # a scratch layout: source/ and release/
-        config.write('\nc.CourseDirectory.source_directory = "source"\nc.CourseDirectory.release_directory = "release"\n')
-    nbformat.write(_source(), course / "source" / ASSIGNMENT / NAME)
-    ck.nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
-    return course
-
-
 def _grade(course, *extra) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
-                             "--no-collect", "--jobs", "2", f"--Execute.timeout={CELL_TIMEOUT}",
-                             f"--GradingExecute.submission_timeout={BOUND}", *extra],
-                            env=ck.env(), capture_output=True, text=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coursetools.grading",
+            ASSIGNMENT,
+            "--course",
+            str(course),
+            "--no-collect",
+            "--jobs",
+            "2",
+            f"--Execute.timeout={CELL_TIMEOUT}",
+            f"--GradingExecute.submission_timeout={BOUND}",
+            *extra,
+        ],
+        env=ck.env(),
+        capture_output=True,
+        text=True,
+    )
 
 
 def _snooped(course, student="snoop") -> dict:
@@ -137,40 +135,65 @@ def _snooped(course, student="snoop") -> dict:
 @pytest.mark.slow
 @needs_sandbox
 def test_a_class_is_graded_in_the_sandbox(tmp_path):
-    course, server = _course(tmp_path), Server()
+    course, server = ck.sandbox_course(tmp_path), Server()
     for name, nb in _submissions(course, server.port).items():
         ck.submit_as(course, name, ASSIGNMENT, NAME, nb)
     result = _grade(course)
     assert result.returncode == 0, result.stdout + result.stderr
     print(result.stdout)
-    rows = {row.split()[0]: row for row in result.stdout.splitlines()[1:6]}
-    scores = {name: {g: s for g, (s, _, _) in ck.scores_of(course, ASSIGNMENT, NAME, name).items()} for name in rows}
+    data = class_rows(course, ASSIGNMENT)
+    assert show(data) in result.stdout, "the table printed is the class's rows"
+    rows = {row.student: row for row in data.rows}
+    scores = {
+        name: {g: s for g, (s, _, _) in ck.scores_of(course, ASSIGNMENT, NAME, name).items()}
+        for name in rows
+    }
 
     assert scores["right"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
     # The snooper found nothing of the course and no server, so it scores what its own answers earn: nothing.
     found = _snooped(course)
-    assert found == {"solutions": "nothing there", "gradebook": "nothing there", "others": "nothing there",
-                     "server": found["server"]}, found
+    assert found == {
+        "solutions": "nothing there",
+        "gradebook": "nothing there",
+        "others": "nothing there",
+        "server": found["server"],
+    }, found
     assert found["server"] != "reached" and server.reached == 0
     assert scores["snoop"] == {"test_double": 0, "test_square": 0, "test_negate": 0}
     # An endless loop costs its own exercise and one cell's timeout; the others are graded.
     assert scores["loop"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
-    assert re.search(r"loop .* test_square \| square \| - \| -$", rows["loop"]), rows["loop"]
-    assert float(rows["loop"].split()[4]) < 2 * BOUND, "an endless loop ends within the bound (a busy machine's slack)"
+    assert (rows["loop"].failed, rows["loop"].timed_out, rows["loop"].kernel_died) == (
+        ["test_square"],
+        ["square"],
+        [],
+    )
+    assert rows["loop"].seconds < 2 * BOUND, (
+        "an endless loop ends within the bound (a busy machine's slack)"
+    )
     graded = ck.read(course / "autograded" / "loop" / ASSIGNMENT / NAME)
-    assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), "the feedback names it"
+    assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), (
+        "the feedback names it"
+    )
     # A deleted test cell comes back from the source (hidden tests included) and the right answer keeps its point.
     assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
     # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading went on.
     assert scores["crash"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
-    assert re.search(r"crash .* test_square \| - \| square \| -$", rows["crash"]), rows["crash"]
+    assert (rows["crash"].failed, rows["crash"].timed_out, rows["crash"].kernel_died) == (
+        ["test_square"],
+        [],
+        ["square"],
+    )
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        comment = gb.find_comment("square", NAME.removesuffix(".ipynb"), ASSIGNMENT, "crash").auto_comment
+        comment = gb.find_comment(
+            "square", NAME.removesuffix(".ipynb"), ASSIGNMENT, "crash"
+        ).auto_comment
     assert comment.startswith("the kernel died while running square"), comment
     ck.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
-    html = (course / "feedback" / "crash" / ASSIGNMENT / NAME.replace(".ipynb", ".html")).read_text()
+    html = (
+        course / "feedback" / "crash" / ASSIGNMENT / NAME.replace(".ipynb", ".html")
+    ).read_text()
     assert "KernelDied" in html and "the kernel died while running square (exit status 3)" in html
 
     # The same snooper without the sandbox: it reads the answers and reaches the server. The test above bites.
@@ -179,42 +202,101 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     result = _grade(course, "--unsandboxed")
     assert result.returncode == 0, result.stdout + result.stderr
     assert _snooped(course)["server"] == "reached" and server.reached == 1
-    assert ck.scores_of(course, ASSIGNMENT, NAME, "snoop")["test_double"][0] == 1, "the answer it ran from solutions/"
+    assert ck.scores_of(course, ASSIGNMENT, NAME, "snoop")["test_double"][0] == 1, (
+        "the answer it ran from solutions/"
+    )
 
 
 @pytest.mark.slow
 def test_grading_without_the_sandbox_tool_refuses_and_says_why(tmp_path):
-    course = _course(tmp_path)
+    course = ck.sandbox_course(tmp_path)
     ck.submit_as(course, "right", ASSIGNMENT, NAME, ck.read(course / "release" / ASSIGNMENT / NAME))
     env = dict(ck.env(), PATH=os.path.dirname(sys.executable))  # no bwrap on PATH
-    result = subprocess.run([sys.executable, str(ck.ROOT / "tools" / "grade.py"), ASSIGNMENT, "--course", str(course),
-                             "--no-collect"], env=env, capture_output=True, text=True)
-    assert result.returncode == 2 and "the sandbox tool `bwrap` is not installed" in result.stderr, result.stderr
-    assert "apt-get install bubblewrap" in result.stderr and grade.UNSANDBOXED in result.stderr
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coursetools.grading",
+            ASSIGNMENT,
+            "--course",
+            str(course),
+            "--no-collect",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        result.returncode == 2 and "the sandbox tool `bwrap` is not installed" in result.stderr
+    ), result.stderr
+    assert "apt-get install bubblewrap" in result.stderr and UNSANDBOXED in result.stderr
     # plain `nbgrader autograde` refuses too: the submission is not graded
-    result = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT], cwd=course, env=env,
-                            capture_output=True, text=True)
-    assert "autograde refuses to run: the sandbox tool `bwrap` is not installed" in result.stdout + result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        "autograde refuses to run: the sandbox tool `bwrap` is not installed"
+        in result.stdout + result.stderr
+    )
     assert result.returncode != 0
 
 
 def test_the_sandbox_shows_only_what_the_kernel_needs():
     """The command line, for a GPU machine (fake device files) with the course at /srv/course."""
-    cmd = grade.sandbox_command(
-        ["/srv/course/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "/tmp/grade-1/kernel.json"],
-        workdir="/srv/course/autograded/ann/02_x", runtime="/tmp/grade-1", memory=0, cpu_seconds=900,
-        python_dirs=["/srv/course/.venv", "/usr/lib/python3.11"], devices=["/dev/nvidia0", "/dev/nvidiactl"],
-        environ={"NBGRADER_EXECUTION": "autograde", "GPUCOURSE_DATA": "/srv/data", "AWS_SECRET_ACCESS_KEY": "x",
-                 "CUDA_VISIBLE_DEVICES": "0"}, course="/srv/course")
+    cmd = sandbox_command(
+        [
+            "/srv/course/.venv/bin/python",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "/tmp/grade-1/kernel.json",
+        ],
+        workdir="/srv/course/autograded/ann/02_x",
+        runtime="/tmp/grade-1",
+        memory=0,
+        cpu_seconds=900,
+        python_dirs=["/srv/course/.venv", "/usr/lib/python3.11"],
+        devices=["/dev/nvidia0", "/dev/nvidiactl"],
+        environ={
+            "NBGRADER_EXECUTION": "autograde",
+            "GPUCOURSE_DATA": "/srv/data",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "CUDA_VISIBLE_DEVICES": "0",
+        },
+        course="/srv/course",
+    )
     joined = " ".join(cmd)
-    assert cmd[:3] == ["prlimit", "--cpu=900", "--core=0"] and "--as=" not in joined, "no address-space limit with GPUs"
+    assert cmd[:3] == ["prlimit", "--cpu=900", "--core=0"] and "--as=" not in joined, (
+        "no address-space limit with GPUs"
+    )
     assert "--unshare-all" in cmd and "--share-net" not in cmd and "--die-with-parent" in cmd
-    assert "--dev-bind /dev/nvidia0 /dev/nvidia0" in joined and "--dev-bind /dev/nvidiactl /dev/nvidiactl" in joined
+    assert (
+        "--dev-bind /dev/nvidia0 /dev/nvidia0" in joined
+        and "--dev-bind /dev/nvidiactl /dev/nvidiactl" in joined
+    )
     assert "--bind /srv/course/autograded/ann/02_x /srv/course/autograded/ann/02_x" in joined
     assert "--ro-bind /srv/course/.venv /srv/course/.venv" in joined
-    assert not re.search(r"bind \S*/srv/course /", joined), "the course folder itself is never mounted"
-    assert "--setenv NBGRADER_EXECUTION autograde" in joined and "--setenv CUDA_VISIBLE_DEVICES 0" in joined
+    assert not re.search(r"bind \S*/srv/course /", joined), (
+        "the course folder itself is never mounted"
+    )
+    assert (
+        "--setenv NBGRADER_EXECUTION autograde" in joined
+        and "--setenv CUDA_VISIBLE_DEVICES 0" in joined
+    )
     assert "AWS" not in joined and "/srv/data" not in joined and "--clearenv" in cmd
     with pytest.raises(RuntimeError, match="holds the course"):
-        grade.sandbox_command(["python"], workdir="/w", runtime="/r", memory=1, cpu_seconds=1, python_dirs=["/srv"],
-                              devices=[], environ={}, course="/srv/course")
+        sandbox_command(
+            ["python"],
+            workdir="/w",
+            runtime="/r",
+            memory=1,
+            cpu_seconds=1,
+            python_dirs=["/srv"],
+            devices=[],
+            environ={},
+            course="/srv/course",
+        )
