@@ -121,8 +121,10 @@ def measure(device=None, *, size: int | None = None, min_run_time: float = 0.2) 
     import torch
 
     device = choose_device(None if device is None else str(device), verbose=False)
-    facts, gpu = device_facts(device), device.type == "cuda"
-    pinning, n = why_no_pinning() if gpu else None, size or (8192 if gpu else 256)
+    facts = device_facts(device)
+    gpu = device.type == "cuda"
+    pinning = why_no_pinning() if gpu else None
+    n = size or (8192 if gpu else 256)
     notes = {**NOTES[gpu], **({"h2d_pinned": pinning} if pinning else {})}
     if not facts.bf16:
         notes.update(
@@ -140,7 +142,8 @@ def measure(device=None, *, size: int | None = None, min_run_time: float = 0.2) 
         else ["fp32", "fp16"]
     )
     # random data: a GPU runs faster on zeros
-    generator, measured = torch.Generator(device=device).manual_seed(0), {}
+    generator = torch.Generator(device=device).manual_seed(0)
+    measured = {}
     for key in keys:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(key, torch.float32)
         a, b = (

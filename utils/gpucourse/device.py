@@ -11,11 +11,21 @@ from dataclasses import asdict, dataclass
 # =1: a CPU fallback is an error, so a GPU runner cannot pass on the CPU
 REQUIRE_GPU_VAR = "GPUCOURSE_REQUIRE_GPU"
 # compute capabilities: CUDA C++ Programming Guide
-TENSOR_CORES_FROM, BF16_TF32_FROM, FP8_FROM = (7, 0), (8, 0), (8, 9)
+TENSOR_CORES_FROM = (7, 0)
+BF16_TF32_FROM = (8, 0)
+FP8_FROM = (8, 9)
 
 
 class DeviceError(ValueError):
     """A device was asked for that this machine cannot give (lesson 02 catches it)."""
+
+
+def on_colab() -> bool:
+    """Whether this runs on Colab: its kernel imported google.colab, or a process it started
+    (``!python -m gpucourse doctor``) inherited COLAB_RELEASE_TAG. Kaggle's image, built on
+    Colab's, sets that variable too, and KAGGLE_KERNEL_RUN_TYPE besides: not Colab."""
+    colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    return colab and "KAGGLE_KERNEL_RUN_TYPE" not in os.environ
 
 
 def gpu_required() -> bool:
@@ -30,7 +40,8 @@ def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None
     if visible is not None and visible.strip() in {"", "-1"}:
         return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it to see them)"
     entries = [entry.strip() for entry in (visible or "").split(",")]
-    first, kind = entries[0], entries[0][:4].upper()
+    first = entries[0]
+    kind = first[:4].upper()
     if visible is None or not uuids or kind == "MIG-" or (kind == "GPU-" and not all(uuids)):
         # no driver, a MIG instance (not in NVML's list of whole GPUs) or unknown UUIDs: nothing to
         # check
@@ -164,16 +175,14 @@ def choose_device(want: str | None = None, *, verbose: bool = True):
                 f"{REQUIRE_GPU_VAR}=1 forbids the CPU fallback, and there is no CUDA GPU: {reason}."
             )
         if verbose:
-            print(
-                f"No CUDA GPU: {reason}.\nFalling back to the CPU: every lesson still runs, with "
-                "smaller workloads.\n"
-                + (
-                    "On Colab: Runtime > Change runtime type > a GPU (e.g. T4), then run this cell "
-                    "again."
-                    if "google.colab" in sys.modules
-                    else "Run `python -m gpucourse doctor` for a diagnosis."
-                )
-            )
+            if on_colab():
+                advice = "On Colab: Runtime > Change runtime type > a GPU (e.g. T4), then run this "
+                advice += "cell again."
+            else:
+                advice = "Run `python -m gpucourse doctor` for a diagnosis."
+            print(f"No CUDA GPU: {reason}.")
+            print("Falling back to the CPU: every lesson still runs, with smaller workloads.")
+            print(advice)
         return torch.device("cpu")
     if device.type == "cuda":
         count = torch.cuda.device_count()
@@ -218,7 +227,7 @@ def device_facts(device=None) -> DeviceFacts:
     import torch
 
     device = torch.device(device) if device is not None else choose_device(verbose=False)
-    colab = "google.colab" in sys.modules
+    colab = on_colab()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         cc = (props.major, props.minor)

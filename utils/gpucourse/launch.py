@@ -184,7 +184,9 @@ def torchrun(
         shlex.join(["torchrun", *options, *program])
         + (f"  (x{nnodes} agents)" if nnodes > 1 else "")
     )
-    agents, readers, started = [], [], time.monotonic()
+    agents = []
+    readers = []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpucourse-torchrun-") as logs:
         try:
             for i in range(nnodes):
@@ -210,15 +212,15 @@ def torchrun(
                 )
                 readers.append(threading.Thread(target=follow, args=(i, agents[i]), daemon=True))
                 readers[i].start()
-            while (
-                None in (codes := [a.poll() for a in agents])
-                and not any(codes)
-                and time.monotonic() - started < timeout
-            ):
-                # until every agent has ended, one has failed (the others are stopped below) or time
-                # is up
+            # until every agent has ended, one has failed (the others are stopped below) or time
+            # is up
+            while True:
+                codes = [agent.poll() for agent in agents]
+                running = None in codes and not any(codes)
+                if not running or time.monotonic() - started >= timeout:
+                    break
                 time.sleep(0.1)
-            result.timed_out = None in codes and not any(codes)
+            result.timed_out = running
         finally:
             for agent in agents:
                 # SIGTERM (a no-op on an agent that has ended): torchrun stops its workers' process

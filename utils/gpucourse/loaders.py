@@ -118,13 +118,15 @@ def measure(
     """Run ``step(batch)`` over ``batches`` as a training loop does, timing ``next()`` apart from
     the rest; the GPU is synchronized after the ``warmup`` batches (not counted) and at the end,
     never between steps, as in real training."""
-    sync, iterator = _synchronizer(device), iter(batches)
+    sync = _synchronizer(device)
+    iterator = iter(batches)
     # starting workers, the first decode, the first kernels
     for batch in itertools.islice(iterator, warmup):
         step(batch)
     sync()
     begin = t0 = time.perf_counter()
-    wait, count, samples = 0.0, 0, 0
+    wait = 0.0
+    count = samples = 0
     for batch in iterator:  # the time from t0 to here is the loader's: next() blocked
         wait += time.perf_counter() - t0
         step(batch)

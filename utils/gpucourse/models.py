@@ -16,7 +16,8 @@ class SmallCNN(nn.Module):
 
     def __init__(self, num_classes: int = 4, width: int = 16, in_channels: int = 3):
         super().__init__()
-        layers, channels = [], in_channels
+        layers = []
+        channels = in_channels
         for out in (width, 2 * width, 4 * width):
             layers += [
                 nn.Conv2d(channels, out, 3, padding=1, bias=False),
