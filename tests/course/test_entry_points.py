@@ -124,6 +124,19 @@ def test_the_readme_is_a_front_door():
         )
 
 
+def test_the_lessons_page_lists_every_lesson():
+    """docs/lessons.md, the syllabus the README points to, has a row per lesson, in order."""
+    rows = [
+        line
+        for line in (ck.ROOT / "docs" / "lessons.md").read_text().splitlines()
+        if re.match(r"\|\s*\d\d\s*\|", line)
+    ]
+    lessons = ck.lessons()
+    assert [row.split("|")[1].strip() for row in rows] == [lesson[:2] for lesson in lessons]
+    for lesson, row in zip(lessons, rows, strict=True):
+        assert f"](../notebooks/{lesson}/{ck.solution_path(lesson).name})" in row, row[:80]
+
+
 def slug(heading: str) -> str:
     """The anchor GitHub gives a heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
