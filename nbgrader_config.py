@@ -9,11 +9,11 @@ c.CourseDirectory.release_directory = "notebooks"
 # The course's data is generated, never stored in the assignment.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
 
-# Grading (coursetools.grading): each student's kernel in a sandbox, a deleted test cell restored from the
-# source, a dead kernel survived, cells tagged `demo` or `gpu-check` not run. Under NBGRADER_EXECUTION the
-# lessons shrink their work, so a cell gets 120 s and a submission 600 s: an endless loop costs one cell's
-# 120 s and the other cells are still graded. The grader logs each submission's slowest cell, with a warning
-# when it took over half its timeout.
+# Grading (coursetools.grading): each student's kernel in a sandbox, a deleted test cell restored
+# from the source, a dead kernel survived, cells tagged `demo` or `gpu-check` not run. Under
+# NBGRADER_EXECUTION the lessons shrink their work, so a cell gets 120 s and a submission 600 s: an
+# endless loop costs one cell's 120 s and the other cells are still graded. The grader logs each
+# submission's slowest cell, with a warning when it took over half its timeout.
 c.Execute.timeout = 120
 c.GradingExecute.submission_timeout = 600
 try:
@@ -32,6 +32,7 @@ except ImportError:  # a course copy without the course tools installed: it cann
 else:
     configure(c)
 
-# Feedback (nbgrader generate_feedback) shows each failed test's error message, not the hidden tests' code
-# (coursetools.grading.cells.HideHiddenTests). False: the feedback shows the hidden tests' code too.
+# Feedback (nbgrader generate_feedback) shows each failed test's error message, not the hidden
+# tests' code (coursetools.grading.cells.HideHiddenTests). False: the feedback shows the hidden
+# tests' code too.
 c.HideHiddenTests.enabled = True

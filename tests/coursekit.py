@@ -21,11 +21,13 @@ CHECKED = "nbval-check-output"
 CLASSROOM_LESSON = (
     "01_verify_gpu"  # autograded in tests/test_classroom.py, so test_autograde leaves it out
 )
-# A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as autograde records it.
+# A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as
+# autograde records it.
 CELL_WARNING = re.compile(
     r"(ipykernel_\d+|gpucourse)[^\n]*:\d+: (DeprecationWarning|FutureWarning)"
 )
-WARNINGS_ON = "default::DeprecationWarning,default::FutureWarning"  # PYTHONWARNINGS while grading: show them all
+# PYTHONWARNINGS while grading: show them all
+WARNINGS_ON = "default::DeprecationWarning,default::FutureWarning"
 
 
 def lessons() -> list[str]:
@@ -79,8 +81,9 @@ def answer_of(test_id: str, answer_ids: list[str]) -> str | None:
 class Fixture:
     """Replacement sources for some answer cells of a lesson (tests/fixtures/<lesson>/<name>.py).
 
-    A fixture named ``right_*`` holds right answers written another natural way: it keeps full marks. Any other
-    fixture holds wrong answers: it loses exactly the points of the test cells of the answers it names.
+    A fixture named ``right_*`` holds right answers written another natural way: it keeps full
+    marks. Any other fixture holds wrong answers: it loses exactly the points of the test cells of
+    the answers it names.
     """
 
     lesson: str
@@ -137,9 +140,10 @@ def solution_answers(lesson: str) -> dict[str, str]:
 def autograde_problems(
     course: Path, lesson: str, submitted: dict[str, tuple[Path, bytes, set[str] | None]]
 ) -> list[str]:
-    """What autograde got wrong for ``submitted`` (student -> (file, its bytes before, the answers it gets wrong;
-    None: untouched)): each test cell scores full marks, or 0 where its answer is wrong (every cell when untouched),
-    a written answer waits for the instructor (an unanswered one scores 0 by itself), and no submission is changed."""
+    """What autograde got wrong for ``submitted`` (student -> (file, its bytes before, the answers
+    it gets wrong; None: untouched)): each test cell scores full marks, or 0 where its answer is
+    wrong (every cell when untouched), a written answer waits for the instructor (an unanswered one
+    scores 0 by itself), and no submission is changed."""
     source = read(solution_path(lesson))
     answer_ids = [c.metadata.nbgrader.grade_id for c in nbgrader_cells(source, "answer")]
     problems = []
@@ -161,7 +165,8 @@ def autograde_problems(
                 problems.append(f"{student}: an unanswered written question must score 0 by itself")
             if wrong is not None and not needs_manual:
                 problems.append(
-                    f"{student}: the written answer {cell.metadata.nbgrader.grade_id} must wait for the instructor"
+                    f"{student}: the written answer {cell.metadata.nbgrader.grade_id} "
+                    "must wait for the instructor"
                 )
     return problems
 
@@ -210,7 +215,8 @@ def scratch_course(tmp: Path, lessons_: list[str]) -> Path:
 
 
 def copy_course(target: Path) -> Path:
-    """make_notebooks' course copy; it grades with the installed course tools (coursetools), as the course does."""
+    """make_notebooks' course copy; it grades with the installed course tools (coursetools), as the
+    course does."""
     return make_notebooks.copy_course(target)
 
 
@@ -240,7 +246,8 @@ def scores_of(
         return {g.name: (g.score, g.max_score, g.needs_manual_grade) for g in notebook.grades}
 
 
-# ---- a small assignment graded with the course's real nbgrader_config.py (seconds, not a lesson's minutes) ----
+# ---- a small assignment graded with the course's real nbgrader_config.py (seconds, not a lesson's
+# minutes) ----
 
 SANDBOX_ASSIGNMENT, SANDBOX_NAME = "00_sandbox", "sandbox.ipynb"
 # exercise -> (the right body, a visible (argument, result), a hidden (argument, result))
@@ -252,7 +259,8 @@ SANDBOX_EXERCISES = {
 
 
 def sandbox_source() -> nbformat.NotebookNode:
-    """The small assignment's source: three one-line exercises, each with a visible and a hidden test."""
+    """The small assignment's source: three one-line exercises, each with a visible and a hidden
+    test."""
     cells = [new_markdown_cell("# Three small exercises")]
     for name, (body, (arg, result), (hidden, hidden_result)) in SANDBOX_EXERCISES.items():
         answer = new_code_cell(
@@ -267,7 +275,9 @@ def sandbox_source() -> nbformat.NotebookNode:
         }
         test = new_code_cell(
             f"assert {name}({arg}) == {result}\n"
-            f"### BEGIN HIDDEN TESTS\nassert {name}({hidden}) == {hidden_result}\n### END HIDDEN TESTS"
+            "### BEGIN HIDDEN TESTS\n"
+            f"assert {name}({hidden}) == {hidden_result}\n"
+            "### END HIDDEN TESTS"
         )
         test.metadata.nbgrader = {
             "grade": True,
@@ -284,8 +294,9 @@ def sandbox_source() -> nbformat.NotebookNode:
 
 
 def sandbox_course(tmp: Path, source: nbformat.NotebookNode | None = None) -> Path:
-    """A scratch course in ``tmp``/course: the course's nbgrader_config.py (source/ and release/ as its folders)
-    and one assignment, SANDBOX_ASSIGNMENT (``source``, by default sandbox_source()), generated."""
+    """A scratch course in ``tmp``/course: the course's nbgrader_config.py (source/ and release/ as
+    its folders) and one assignment, SANDBOX_ASSIGNMENT (``source``, by default sandbox_source()),
+    generated."""
     course = tmp / "course"
     (course / "source" / SANDBOX_ASSIGNMENT).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)

@@ -1,9 +1,11 @@
-"""What the grading tests share: learners' slips (deleted test cells) and the checks of a graded class.
+"""What the grading tests share: learners' slips (deleted test cells) and the checks of a graded
+class.
 
-- ``without_tests``, ``deleted_tests_submission``, ``restored_after``: a submission with every test cell deleted,
-  and where autograde put them back (tests/grading/test_deleted_cells.py, test_grading.py);
-- ``check_report``, ``check_feedback``: the class report and the feedback of a class nbgrader graded, held to the
-  gradebook (tests/grading/test_classroom.py).
+- ``without_tests``, ``deleted_tests_submission``, ``restored_after``: a submission with every test
+  cell deleted, and where autograde put them back (tests/grading/test_deleted_cells.py,
+  test_grading.py);
+- ``check_report``, ``check_feedback``: the class report and the feedback of a class nbgrader
+  graded, held to the gradebook (tests/grading/test_classroom.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from coursetools.text import strip_ansi
 
 
 def page_text(page: str) -> str:
-    """What a reader of an HTML page sees (tags dropped: syntax highlighting splits code into spans)."""
+    """What a reader of an HTML page sees (tags dropped: syntax highlighting splits code into
+    spans)."""
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
@@ -56,7 +59,8 @@ def restored_after(graded, released) -> list[str]:
 
 
 def check_report(course: Path, lesson: str):
-    """Build the report of ``lesson`` from ``course``'s gradebook; its numbers are the ones nbgrader holds."""
+    """Build the report of ``lesson`` from ``course``'s gradebook; its numbers are the ones nbgrader
+    holds."""
     page_path, csv_path, data = report.write(course, lesson)
     notebook = ck.solution_path(lesson).stem
     students = sorted(p.name for p in (course / "autograded").iterdir())
@@ -97,7 +101,8 @@ def check_report(course: Path, lesson: str):
 
 
 def _hidden_lines(lesson: str) -> list[str]:
-    """The lines of the lesson's hidden tests long enough to be recognised (short ones: ")" is everywhere)."""
+    """The lines of the lesson's hidden tests long enough to be recognised (short ones: ")" is
+    everywhere)."""
     hidden, visible = [], []
     for cell in ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "test"):
         inside = False
@@ -108,8 +113,9 @@ def _hidden_lines(lesson: str) -> list[str]:
 
 
 def check_feedback(course: Path, lesson: str, student: str) -> None:
-    """``student`` failed a hidden test: the feedback nbgrader generated names the failure and shows none of the
-    hidden tests' lines; generated again with ``--HideHiddenTests.enabled=False``, it shows them."""
+    """``student`` failed a hidden test: the feedback nbgrader generated names the failure and shows
+    none of the hidden tests' lines; generated again with ``--HideHiddenTests.enabled=False``, it
+    shows them."""
     name = ck.solution_path(lesson).stem
     hidden = _hidden_lines(lesson)
     graded = ck.read(course / "autograded" / student / lesson / f"{name}.ipynb")

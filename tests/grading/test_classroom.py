@@ -1,30 +1,32 @@
-"""The classroom loop, end to end, as an instructor runs it from the README (lesson 01, a class of five).
+"""The classroom loop, end to end, as an instructor runs it from the README (lesson 01, a class of
+five).
 
 In a scratch folder: the course (its own nbgrader_config.py, unchanged), an
 nbgrader exchange, and three home folders, each with its own
 ``~/.jupyter/nbgrader_config.py`` naming the exchange and the course, as a
 JupyterHub admin would set it up (the students' files also give their ids).
 
-    instructor  generate_assignment, release_assignment
-    alice       fetch_assignment, answers everything as the solution does, validate, submit
-    bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
-    instructor  collect; the rest of the class handed in outside the exchange (copied into submitted/, as
-                nbgrader allows): "untouched" (the student notebook as released) and one student per other
-                right- or wrong-answer fixture of lesson 01, named after it;
-                autograde, scores alice's and bob's written answers by hand (nbgrader's gradebook API, as the
+    instructor  generate_assignment, release_assignment alice       fetch_assignment, answers
+    everything as the solution does, validate, submit bob         fetch_assignment, answers as
+    tests/fixtures/01_verify_gpu/partly_right.py, submit instructor  collect; the rest of the class
+    handed in outside the exchange (copied into submitted/, as
+                nbgrader allows): "untouched" (the student notebook as released) and one student per
+                other right- or wrong-answer fixture of lesson 01, named after it; autograde, scores
+                alice's and bob's written answers by hand (nbgrader's gradebook API, as the
                 formgrader does), generate_feedback, release_feedback (alice's and bob's), export
-    bob         fetch_feedback
-    instructor  lesson 09 (the capstone) for alice, handed in outside the exchange: generate_assignment,
-                autograde; the class table `make grade` prints shows the speed-up her program measured
+    bob         fetch_feedback instructor  lesson 09 (the capstone) for alice, handed in outside the
+    exchange: generate_assignment,
+                autograde; the class table `make grade` prints shows the speed-up her program
+                measured
 
 Autograde is held to what test_grading.py::test_autograde asserts for every other lesson
-(coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without crashing the
-grader, each fixture loses exactly the points of its answers' test cells, written answers wait for the
-instructor, no submission is changed, and no cell of the solution warns. Then the scores in the gradebook and
-grades.csv, and bob's feedback names the test cells he failed. The class report built from this gradebook
-agrees with it, and no feedback shows a line of the hidden tests unless the instructor's switch says so
-(gradingkit.check_report and check_feedback). The commands run are written to
-test-artifacts/classroom-commands.txt.
+(coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without
+crashing the grader, each fixture loses exactly the points of its answers' test cells, written
+answers wait for the instructor, no submission is changed, and no cell of the solution warns. Then
+the scores in the gradebook and grades.csv, and bob's feedback names the test cells he failed. The
+class report built from this gradebook agrees with it, and no feedback shows a line of the hidden
+tests unless the instructor's switch says so (gradingkit.check_report and check_feedback). The
+commands run are written to test-artifacts/classroom-commands.txt.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ MANUAL = {
 
 
 class Classroom:
-    """The people and folders of one class; every nbgrader command runs as one of them and is recorded."""
+    """The people and folders of one class; every nbgrader command runs as one of them and is
+    recorded."""
 
     def __init__(self, tmp: Path):
         self.tmp = tmp
@@ -143,7 +146,8 @@ def _feedback_scores(html: str) -> dict[str, tuple[float, float]]:
 
 @pytest.mark.slow
 def test_classroom_loop(tmp_path):
-    """Release, fetch, validate, submit, collect, autograde, grade by hand, feedback, export, report."""
+    """Release, fetch, validate, submit, collect, autograde, grade by hand, feedback, export,
+    report."""
     room = Classroom(tmp_path)
     notebook = ck.solution_path(LESSON).name
     source = ck.read(ck.solution_path(LESSON))
@@ -202,7 +206,8 @@ def test_classroom_loop(tmp_path):
     warning = ck.cell_warning(room.course / "autograded" / "alice" / LESSON / notebook)
     assert not warning, f"a solution cell warns: {warning}"
 
-    # The written answer, graded by hand: what the formgrader's "Save" does (nbgrader's GradeHandler.put).
+    # The written answer, graded by hand: what the formgrader's "Save" does (nbgrader's
+    # GradeHandler.put).
     from nbgrader.api import Gradebook
 
     room.note("instructor", "grades the written answers in the formgrader")
@@ -264,12 +269,14 @@ def test_classroom_loop(tmp_path):
         f"*/{notebook.replace('.ipynb', '.html')}"
     )
     assert fetched.read_text() == html, "bob fetched his feedback through the exchange"
-    # The class report from this gradebook, and feedback that names a failed hidden test without showing its code.
+    # The class report from this gradebook, and feedback that names a failed hidden test without
+    # showing its code.
     gk.check_report(room.course, LESSON)
     gk.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
 
-    # Lesson 09 in the same class: alice's capstone, graded as above; the class table shows the speed-up her
-    # program measured on this machine (its locked cell measure_speedup) beside her score, never in it.
+    # Lesson 09 in the same class: alice's capstone, graded as above; the class table shows the
+    # speed-up her program measured on this machine (its locked cell measure_speedup) beside her
+    # score, never in it.
     capstone = "09_make_it_fast"
     room.nbgrader("instructor", "generate_assignment", capstone, "--force")
     work = ck.submission_from(ck.read(ck.student_path(capstone)), ck.solution_answers(capstone))
@@ -284,8 +291,9 @@ def test_classroom_loop(tmp_path):
 
 
 def test_lesson_09_measures_in_a_locked_cell():
-    """Lesson 09's ratio is printed by one locked cell, `measure_speedup`, the only output the class table reads:
-    autograde gives a locked cell its source's code back, so a learner's edit cannot set a rank."""
+    """Lesson 09's ratio is printed by one locked cell, `measure_speedup`, the only output the class
+    table reads: autograde gives a locked cell its source's code back, so a learner's edit cannot
+    set a rank."""
     source = ck.read(ck.solution_path("09_make_it_fast"))
     cells = [
         c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == SPEEDUP_CELL

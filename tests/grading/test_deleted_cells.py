@@ -1,11 +1,13 @@
-"""Fair to slips: a test cell the learner deleted comes back where it was, and a right answer keeps its points.
+"""Fair to slips: a test cell the learner deleted comes back where it was, and a right answer keeps
+its points.
 
-nbgrader restores a deleted grade cell after the nearest nbgrader cell before it; a test that needs an ungraded
-cell between its answer and itself (a %%writefile cell) would then run too early. The grader
-(coursetools.grading.cells.RestoreCells) puts it back after the cell it followed in the released notebook.
-Here: every test cell of every lesson, deleted all at once, goes back to its place (fast, no kernel); and
-autograde gives the solution with every test cell deleted full marks, for lesson 01 here and for the other
-lessons inside test_grading's autograde run (its `deleted_tests` student).
+nbgrader restores a deleted grade cell after the nearest nbgrader cell before it; a test that needs
+an ungraded cell between its answer and itself (a %%writefile cell) would then run too early. The
+grader (coursetools.grading.cells.RestoreCells) puts it back after the cell it followed in the
+released notebook. Here: every test cell of every lesson, deleted all at once, goes back to its
+place (fast, no kernel); and autograde gives the solution with every test cell deleted full marks,
+for lesson 01 here and for the other lessons inside test_grading's autograde run (its
+`deleted_tests` student).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def test_found_by_source_when_ids_change():
 
 @pytest.mark.slow
 def test_classroom_lesson_deleted_tests(tmp_path):
-    """Lesson 01 with every test cell deleted keeps full marks (it is autograded in the classroom loop, not in
-    test_grading, so its deleted-cells run is here)."""
+    """Lesson 01 with every test cell deleted keeps full marks (it is autograded in the classroom
+    loop, not in test_grading, so its deleted-cells run is here)."""
     lesson = ck.CLASSROOM_LESSON
     course = ck.scratch_course(tmp_path, [lesson])
     path = ck.submit(course, "deleted_tests", lesson, gk.deleted_tests_submission(lesson))

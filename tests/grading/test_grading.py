@@ -1,17 +1,18 @@
 """The grading round trip, as an instructor runs it, in a scratch course.
 
-- notebooks/ is exactly what nbgrader generates from solutions/ (checked in the scratch course the autograde run
-  generates anyway);
-- autograde: the solutions score full marks, the untouched student notebook scores zero without crashing the
-  grader, the solution with every test cell deleted keeps full marks (they come back where they were), every
-  wrong-answer fixture loses exactly the points of the test cells of the answers it gets wrong, and every
-  right-answer fixture (tests/fixtures/NN_topic/right_*.py) keeps full marks;
+- notebooks/ is exactly what nbgrader generates from solutions/ (checked in the scratch course the
+  autograde run generates anyway);
+- autograde: the solutions score full marks, the untouched student notebook scores zero without
+  crashing the grader, the solution with every test cell deleted keeps full marks (they come back
+  where they were), every wrong-answer fixture loses exactly the points of the test cells of the
+  answers it gets wrong, and every right-answer fixture (tests/fixtures/NN_topic/right_*.py) keeps
+  full marks;
 - no cell of a solution raises a DeprecationWarning or FutureWarning.
 
-`nbgrader validate` (the learner's Validate button) is run by alice in test_classroom.py; what it asserts here
-(solutions pass, untouched notebooks fail every test) is what autograde's scores already assert. Lesson 01
-(ck.CLASSROOM_LESSON) is autograded there, with the same checks on the same submissions, so test_autograde
-leaves it out.
+`nbgrader validate` (the learner's Validate button) is run by alice in test_classroom.py; what it
+asserts here (solutions pass, untouched notebooks fail every test) is what autograde's scores
+already assert. Lesson 01 (ck.CLASSROOM_LESSON) is autograded there, with the same checks on the
+same submissions, so test_autograde leaves it out.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ def _check_generated(course, lesson: str) -> None:
     committed = ck.student_path(lesson)
     assert committed.exists(), f"{committed} is missing: run `make notebooks`"
     assert filecmp.cmp(generated, committed, shallow=False), (
-        f"{committed.relative_to(ck.ROOT)} differs from what solutions/ generates: run `make notebooks` "
-        "(notebooks/ is never edited by hand)"
+        f"{committed.relative_to(ck.ROOT)} differs from what solutions/ generates: "
+        "run `make notebooks` (notebooks/ is never edited by hand)"
     )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_exercise_has_wrong_answer_fixtures(lesson):
-    """Each exercise is answered wrong in two wrong-answer fixtures; right_* fixtures do not count."""
+    """Each exercise is answered wrong in two wrong-answer fixtures (right_* ones do not count)."""
     exercises = ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "answer")
     answers = [c.metadata.nbgrader.grade_id for c in exercises]
     wrong = [grade_id for f in ck.fixtures(lesson) for grade_id in f.wrong]
@@ -56,7 +57,8 @@ def test_every_exercise_has_wrong_answer_fixtures(lesson):
 
 
 def _submission(lesson: str, name: str):
-    """The submission called ``name`` and the answers it gets wrong (None: untouched, every test fails)."""
+    """The submission called ``name`` and the answers it gets wrong (None: untouched, every test
+    fails)."""
     student = ck.read(ck.student_path(lesson))
     if name == "untouched":
         return student, None
@@ -72,10 +74,11 @@ def _submission(lesson: str, name: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if lesson != ck.CLASSROOM_LESSON])
 def test_autograde(lesson, tmp_path, monkeypatch):
-    """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a class.
+    """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a
+    class.
 
-    The students are the solution, the untouched student notebook and each right- or wrong-answer fixture;
-    a failure lists every submission that scored wrong.
+    The students are the solution, the untouched student notebook and each right- or wrong-answer
+    fixture; a failure lists every submission that scored wrong.
     """
     monkeypatch.setenv("PYTHONWARNINGS", ck.WARNINGS_ON)
     course = ck.scratch_course(tmp_path, [lesson])

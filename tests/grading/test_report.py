@@ -1,10 +1,12 @@
-"""The class rows, their two renderings (the class table, the class report) and feedback without hidden tests.
+"""The class rows, their two renderings (the class table, the class report) and feedback without
+hidden tests.
 
-Fast here, with no kernel: a small gradebook written through nbgrader's API with autograded notebooks beside it
-(a right answer, two students failing with the same message, a timeout, a dead kernel, written answers waiting,
-two submissions autograde could not read, one printed fake speed-up), HideHiddenTests on a real IPython
-traceback, and the grading times `make grade` keeps. The same checks on a class nbgrader really graded run in
-test_classroom.py (gradingkit.check_report, gradingkit.check_feedback).
+Fast here, with no kernel: a small gradebook written through nbgrader's API with autograded
+notebooks beside it (a right answer, two students failing with the same message, a timeout, a dead
+kernel, written answers waiting, two submissions autograde could not read, one printed fake
+speed-up), HideHiddenTests on a real IPython traceback, and the grading times `make grade` keeps.
+The same checks on a class nbgrader really graded run in test_classroom.py (gradingkit.check_report,
+gradingkit.check_feedback).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ CELLS = {
     "test_mul": 2.0,
 }  # test cells and their points; "why" is a written answer of 2 points
 SAME = "AssertionError: add(2, 2) must be 4"
-CLASS = {  # student -> (score of each test cell or its error, written answer's score: None waits for a person)
+# student -> (score of each test cell or its error, written answer's score: None waits for a person)
+CLASS = {
     "ann": ({"test_add": 1.0, "test_mul": 2.0}, 2.0),
     "ben": ({"test_add": SAME, "test_mul": 2.0}, None),
     "cy": ({"test_add": SAME, "test_mul": f"{TIMEOUT}: test_mul gave no reply within 120 s"}, 1.0),
@@ -44,7 +47,8 @@ UNREADABLE = {
     "eve": b"",
     "fay": b"my answers are in the email\n",
 }  # submitted files autograde could not read
-MEASURED = "fast_train speed-up over the baseline: {}x on cpu (1.5 s -> 0.8 s)\n"  # lesson 09's locked cell
+# what lesson 09's locked cell prints
+MEASURED = "fast_train speed-up over the baseline: {}x on cpu (1.5 s -> 0.8 s)\n"
 
 
 def _graded_notebook(results: dict) -> nbformat.NotebookNode:
@@ -90,7 +94,8 @@ def _gradebook(course: Path):
 
 
 def synthetic_course(tmp: Path) -> Path:
-    """A graded class written through nbgrader's API: the gradebook, autograded/ and make grade's times."""
+    """A graded class written through nbgrader's API: the gradebook, autograded/ and make grade's
+    times."""
     course = tmp / "course"
     course.mkdir()
     with _gradebook(course) as gb, warnings.catch_warnings():
@@ -138,12 +143,14 @@ def synthetic_course(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """The synthetic class, written once for this module's tests (they only read it and write reports/)."""
+    """The synthetic class, written once for this module's tests (they only read it and write
+    reports/)."""
     return synthetic_course(tmp_path_factory.mktemp("report"))
 
 
 def test_class_rows(course):
-    """One row per submission, from the gradebook and autograded/: scores, failures, incidents, waiting answers."""
+    """One row per submission, from the gradebook and autograded/: scores, failures, incidents,
+    waiting answers."""
     data = rows.class_rows(course, ASSIGNMENT)
     by = {r.student: r for r in data.rows}
     assert list(by) == ["ann", "ben", "cy", "dee", "eve", "fay"]
@@ -169,7 +176,8 @@ def test_class_rows(course):
 
 
 def test_unreadable_submissions(course):
-    """What autograde could not read is said so: no failed test, no written answer waiting, the reason."""
+    """What autograde could not read is said so: no failed test, no written answer waiting, the
+    reason."""
     data = rows.class_rows(course, ASSIGNMENT)
     by = {r.student: r for r in data.rows}
     assert {s: r.status for s, r in by.items() if r.status != rows.GRADED} == {
@@ -185,7 +193,8 @@ def test_unreadable_submissions(course):
 
 
 def test_speedup_only_from_locked_cell(course):
-    """The ratio comes from the output of the cell `measure_speedup` alone: a printed fake elsewhere is ignored."""
+    """The ratio comes from the output of the cell `measure_speedup` alone: a printed fake elsewhere
+    is ignored."""
     by = {r.student: r for r in rows.class_rows(course, ASSIGNMENT).rows}
     assert {s: r.speedup for s, r in by.items()} == {s: None for s in by} | {"ann": 1.85}
     fake = new_notebook(cells=[_printed("print(...)", MEASURED.format("9.00"))])
@@ -224,7 +233,8 @@ def test_table_golden(course):
         "  failed cells | timeouts | kernel deaths | not run",
         "ann                                 5 / 5      12    1.85x  - | - | - | -",
         "ben                    2 / 5 (+2 by hand)      30        -  test_add | - | - | -",
-        "cy                                  1 / 5       -        -  test_add, test_mul | test_mul | - | -",
+        "cy                                  1 / 5       -        -  "
+        "test_add, test_mul | test_mul | - | -",
         "dee                    1 / 5 (+2 by hand)       -        -  test_mul | - | test_mul | -",
         "eve                     could not be read       -        -  (an empty file)",
         "fay                     could not be read       -        -  (not a notebook)",
@@ -232,7 +242,8 @@ def test_table_golden(course):
 
 
 def test_report_of_a_small_class(course):
-    """The page and the CSV: counts per test cell, messages grouped, waiting answers counted per answer."""
+    """The page and the CSV: counts per test cell, messages grouped, waiting answers counted per
+    answer."""
     page_path, csv_path, data = report.write(course, ASSIGNMENT)
     assert (page_path, csv_path) == (
         course / "reports" / f"{ASSIGNMENT}.html",
@@ -270,7 +281,8 @@ def test_report_of_a_small_class(course):
 
 
 def test_waiting_names_folded(tmp_path):
-    """At a class's size the written answers waiting are one row per answer, the names cut after a few."""
+    """At a class's size the written answers waiting are one row per answer, the names cut after a
+    few."""
     many = rows.ClassRows(
         "00_x",
         [rows.Row(f"s{i:02}", rows.GRADED, score=0.0, ungraded=["why"]) for i in range(40)],
@@ -295,7 +307,8 @@ def test_report_refuses_an_unknown_lesson(course, capsys):
 
 
 def test_grade_keeps_times(tmp_path, monkeypatch):
-    """`make grade` keeps each submission's grading time; a later run for one student keeps the others'."""
+    """`make grade` keeps each submission's grading time; a later run for one student keeps the
+    others'."""
     for student in ("ann", "ben"):
         (tmp_path / "submitted" / student / ASSIGNMENT).mkdir(parents=True)
     monkeypatch.setattr(table, "_nbgrader", lambda *a: subprocess.CompletedProcess(a, 0, "", ""))
@@ -318,17 +331,20 @@ x = 1
 y = f(2)
 assert y == 4, "two plus two"
 ### END HIDDEN TESTS"""
-# What IPython printed for that cell's hidden assertion (nbclient, the pinned stack), colours included.
+# What IPython printed for that cell's hidden assertion (nbclient, the pinned stack), colours
+# included.
 TRACEBACK = [
     "\x1b[31m---------------------------------------------------------------------------\x1b[39m",
     "\x1b[31mAssertionError\x1b[39m                            Traceback (most recent call last)",
     "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[2]\x1b[39m\x1b[32m, line 5\x1b[39m\n"
-    "\x1b[32m      1\x1b[39m \x1b[38;5;28;01massert\x1b[39;00m f(\x1b[32m1\x1b[39m) == \x1b[32m2\x1b[39m, "
+    "\x1b[32m      1\x1b[39m \x1b[38;5;28;01massert\x1b[39;00m "
+    "f(\x1b[32m1\x1b[39m) == \x1b[32m2\x1b[39m, "
     '\x1b[33m"one plus one"\x1b[39m\n'
     "\x1b[32m      2\x1b[39m x = \x1b[32m1\x1b[39m\n"
     "\x1b[32m      3\x1b[39m \x1b[38;5;66;03m### BEGIN HIDDEN TESTS\x1b[39;00m\n"
     "\x1b[32m      4\x1b[39m y = f(\x1b[32m2\x1b[39m)\n"
-    "\x1b[32m----> \x1b[39m\x1b[32m5\x1b[39m \x1b[38;5;28;01massert\x1b[39;00m y == \x1b[32m4\x1b[39m, "
+    "\x1b[32m----> \x1b[39m\x1b[32m5\x1b[39m \x1b[38;5;28;01massert\x1b[39;00m "
+    "y == \x1b[32m4\x1b[39m, "
     '\x1b[33m"two plus two"\x1b[39m\n'
     "\x1b[32m      6\x1b[39m \x1b[38;5;66;03m### END HIDDEN TESTS\x1b[39;00m\n",
     "\x1b[31mAssertionError\x1b[39m: two plus two",
@@ -345,7 +361,7 @@ def _failed_hidden_test() -> nbformat.NotebookNode:
 
 
 def test_feedback_hides_hidden_tests():
-    """Feedback names a failed hidden test without showing its code; switched off, nbgrader's own."""
+    """Feedback names a failed hidden test without its code; switched off, it is nbgrader's."""
     (cell,) = HideHiddenTests()(_failed_hidden_test(), {})[0].cells
     shown = cell.source + "\n" + strip_ansi("\n".join(cell.outputs[0].traceback))
     assert (
@@ -392,5 +408,6 @@ def test_report_in_chromium(course):
         f"the page fetched something else: {asked}"
     )
     print(
-        f"\nclass report of {len(data.rows)} submissions: plot {drawn[0]} px wide; {shot.relative_to(ck.ROOT)}"
+        f"\nclass report of {len(data.rows)} submissions: plot {drawn[0]} px wide; "
+        f"{shot.relative_to(ck.ROOT)}"
     )

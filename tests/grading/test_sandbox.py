@@ -1,17 +1,18 @@
 """The grader a class can be trusted with (`make grade`, coursetools.grading), on a scratch course.
 
-The course is the real nbgrader_config.py with a small assignment of three exercises (so a run takes seconds,
-not a lesson's minutes). Five students are graded by one `make grade` run, two at a time:
+The course is the real nbgrader_config.py with a small assignment of three exercises (so a run takes
+seconds, not a lesson's minutes). Five students are graded by one `make grade` run, two at a time:
 
     right    every answer right
     snoop    an untouched notebook whose first answer reads solutions/, the gradebook and `right`'s
-             submission, runs the solution's cells it found, and opens a socket to a server this test started
+             submission, runs the solution's cells it found, and opens a socket to a server this
+             test started
     loop     exercise 2 loops forever
     deleted  every answer right, the test cell of exercise 1 deleted
     crash    exercise 2 calls os._exit
 
-The snooper graded once more without the sandbox shows the test bites: there it reaches the server and scores
-the point of the exercise its code sits in, with the answer it ran from solutions/.
+The snooper graded once more without the sandbox shows the test bites: there it reaches the server
+and scores the point of the exercise its code sits in, with the answer it ran from solutions/.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ SNOOP = """import glob, json, socket
 found = {{}}
 for what, pattern in {targets!r}.items():
     try:
-        found[what] = [open(path, "rb").read()[:1] and path for path in glob.glob(pattern)] or "nothing there"
+        paths = [open(path, "rb").read()[:1] and path for path in glob.glob(pattern)]
+        found[what] = paths or "nothing there"
     except OSError as error:
         found[what] = repr(error)
 for path in glob.glob({solution!r}):  # the answers, if they can be read
@@ -150,7 +152,8 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     }
 
     assert scores["right"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
-    # The snooper found nothing of the course and no server, so it scores what its own answers earn: nothing.
+    # The snooper found nothing of the course and no server, so it scores what its own answers earn:
+    # nothing.
     found = _snooped(course)
     assert found == {
         "solutions": "nothing there",
@@ -174,9 +177,11 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), (
         "the feedback names it"
     )
-    # A deleted test cell comes back from the source (hidden tests included) and the right answer keeps its point.
+    # A deleted test cell comes back from the source (hidden tests included) and the right answer
+    # keeps its point.
     assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
-    # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading went on.
+    # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading
+    # went on.
     assert scores["crash"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
     assert (rows["crash"].failed, rows["crash"].timed_out, rows["crash"].kernel_died) == (
         ["test_square"],
@@ -196,7 +201,8 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
     ).read_text()
     assert "KernelDied" in html and "the kernel died while running square (exit status 3)" in html
 
-    # The same snooper without the sandbox: it reads the answers and reaches the server. The test above bites.
+    # The same snooper without the sandbox: it reads the answers and reaches the server. The test
+    # above bites.
     for name in ("right", "loop", "deleted", "crash"):
         shutil.rmtree(course / "submitted" / name)
     result = _grade(course, "--unsandboxed")

@@ -1,4 +1,5 @@
-"""``python -m coursetools.grading NN_topic``: autograde a class and print its table (``make grade``)."""
+"""``python -m coursetools.grading NN_topic``: autograde a class and print its table (``make
+grade``)."""
 
 import sys
 

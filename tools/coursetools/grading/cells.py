@@ -1,6 +1,7 @@
 """What the grader does to cells around the run: restore, comment, hide, judge.
 
-- ``stderr_kept_visible``: a graded cell fails by raising, never by writing to stderr (autograde and Validate);
+- ``stderr_kept_visible``: a graded cell fails by raising, never by writing to stderr (autograde and
+  Validate);
 - ``RestoreCells``: a deleted test cell comes back where it was in the released notebook;
 - ``SaveAutoGrades``: an answer that timed out or killed the kernel gets that as its comment;
 - ``HideHiddenTests``: feedback without the hidden tests' code;
@@ -29,10 +30,12 @@ def grade_id(cell) -> str | None:
 
 
 def stderr_kept_visible(cell):
-    """A graded cell fails by raising, never by writing to stderr: its stderr moves to stdout, in the feedback still.
+    """A graded cell fails by raising, never by writing to stderr: its stderr moves to stdout, in
+    the feedback still.
 
-    nbgrader fails a test cell with any stderr output (``nbgrader.utils.has_failed``), so one line a library logs
-    or warns (more of them on a GPU) would zero a right answer. A cell with an error output keeps its outputs.
+    nbgrader fails a test cell with any stderr output (``nbgrader.utils.has_failed``), so one line a
+    library logs or warns (more of them on a GPU) would zero a right answer. A cell with an error
+    output keeps its outputs.
     """
     outputs = cell.get("outputs", []) if cell.get("cell_type") == "code" else []
     graded = cell.get("metadata", {}).get("nbgrader", {}).get("grade")
@@ -44,8 +47,9 @@ def stderr_kept_visible(cell):
 
 
 def restore_position(released: list, cells: list, wanted: str) -> int:
-    """Where the released notebook's cell ``wanted`` (a grade id) goes back into ``cells``: right after the nearest
-    cell before it in ``released`` that ``cells`` still holds (the same cell id, grade id or source), else first."""
+    """Where the released notebook's cell ``wanted`` (a grade id) goes back into ``cells``: right
+    after the nearest cell before it in ``released`` that ``cells`` still holds (the same cell id,
+    grade id or source), else first."""
 
     def matches(
         before,
@@ -74,11 +78,13 @@ def restore_position(released: list, cells: list, wanted: str) -> int:
 
 
 class RestoreCells(OverwriteCells):
-    """nbgrader's OverwriteCells; a deleted grade cell comes back where it was in the released notebook.
+    """nbgrader's OverwriteCells; a deleted grade cell comes back where it was in the released
+    notebook.
 
-    nbgrader puts it after the nearest nbgrader cell before it, so a test cell would land above an ungraded cell
-    it needs (a %%writefile cell between the answer and its test): the right answer would lose its points.
-    OverwriteCells itself gives every locked cell (a test, a referee cell) its source's code back.
+    nbgrader puts it after the nearest nbgrader cell before it, so a test cell would land above an
+    ungraded cell it needs (a %%writefile cell between the answer and its test): the right answer
+    would lose its points. OverwriteCells itself gives every locked cell (a test, a referee cell)
+    its source's code back.
     """
 
     def _released(self, resources) -> list | None:
@@ -129,7 +135,8 @@ class RestoreCells(OverwriteCells):
 
 
 class SaveAutoGrades(_SaveAutoGrades):
-    """nbgrader's SaveAutoGrades; an answer cell that timed out or killed the kernel gets that as its comment."""
+    """nbgrader's SaveAutoGrades; an answer cell that timed out or killed the kernel gets that as
+    its comment."""
 
     def _add_comment(self, cell, resources):
         super()._add_comment(cell, resources)
@@ -146,11 +153,13 @@ class SaveAutoGrades(_SaveAutoGrades):
 
 
 class HideHiddenTests(Preprocessor):
-    """Feedback without the hidden tests' code: in each test cell the hidden region becomes one comment line, and
-    its errors keep their message and the student's own frames but lose every line of hidden code.
+    """Feedback without the hidden tests' code: in each test cell the hidden region becomes one
+    comment line, and its errors keep their message and the student's own frames but lose every line
+    of hidden code.
 
-    nbgrader's feedback is the autograded notebook as it is, hidden tests included (its source and the code lines
-    of the traceback). ``c.HideHiddenTests.enabled = False`` (nbgrader_config.py) shows them again.
+    nbgrader's feedback is the autograded notebook as it is, hidden tests included (its source and
+    the code lines of the traceback). ``c.HideHiddenTests.enabled = False`` (nbgrader_config.py)
+    shows them again.
     """
 
     enabled = Bool(
@@ -185,7 +194,8 @@ class HideHiddenTests(Preprocessor):
 
     @staticmethod
     def _without(entry: str, hidden: set[str]) -> str:
-        """A traceback entry without its lines of hidden code (`----> 5 assert ...` says the failure is hidden)."""
+        """A traceback entry without its lines of hidden code (`----> 5 assert ...` says the failure
+        is hidden)."""
         kept = []
         for line in entry.split("\n"):
             plain = strip_ansi(line)
@@ -194,7 +204,8 @@ class HideHiddenTests(Preprocessor):
             if code and code in hidden:
                 if numbered and numbered.group(1):
                     kept.append(
-                        f"{numbered.group(1)} {numbered.group(2)} (a hidden test: its code is not shown)"
+                        f"{numbered.group(1)} {numbered.group(2)} "
+                        "(a hidden test: its code is not shown)"
                     )
                 continue
             kept.append(line)
@@ -202,10 +213,12 @@ class HideHiddenTests(Preprocessor):
 
 
 def judge_by_raising() -> None:
-    """The learner's Validate button (`nbgrader validate`) judges a graded cell as autograde does, by raising only.
+    """The learner's Validate button (`nbgrader validate`) judges a graded cell as autograde does,
+    by raising only.
 
-    Its preprocessor list is not configurable, so the two judging functions it calls (nbgrader.utils) are wrapped
-    to see the cell as stderr_kept_visible leaves it (a copy: what the learner is shown keeps its stderr).
+    Its preprocessor list is not configurable, so the two judging functions it calls
+    (nbgrader.utils) are wrapped to see the cell as stderr_kept_visible leaves it (a copy: what the
+    learner is shown keeps its stderr).
     """
     import nbformat
     import nbgrader.utils

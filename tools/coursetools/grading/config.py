@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def configure(c) -> None:
-    """Autograde with GradingExecute and RestoreCells, feedback without hidden tests, Validate judging by raising."""
+    """Autograde with GradingExecute and RestoreCells, feedback without hidden tests, Validate
+    judging by raising."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import (

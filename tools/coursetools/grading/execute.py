@@ -1,4 +1,5 @@
-"""``GradingExecute``: nbgrader's Execute, bounded, sandboxed, surviving a dead kernel, skipping demo cells."""
+"""``GradingExecute``: nbgrader's Execute, bounded, sandboxed, surviving a dead kernel, skipping
+demo cells."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from coursetools.grading.sandbox import (
     sandbox_problem,
 )
 
-# A code cell tagged so is not run by the grader (its outputs are cleared); nbval and a learner's Run All run it.
-# "demo": a demo-only cell; "gpu-check": a short cell holding a claim about a measurement (never graded).
+# A code cell tagged so is not run by the grader (its outputs are cleared); nbval and a learner's
+# Run All run it. "demo": a demo-only cell; "gpu-check": a short cell holding a claim about a
+# measurement (never graded).
 SKIPPED_TAGS = ("demo", "gpu-check")
 
 
@@ -39,8 +41,8 @@ def cell_name(cell, index: int) -> str:
 def skipped(cell) -> bool:
     """A code cell the grader does not run: tagged ``demo`` or ``gpu-check`` and no nbgrader cell.
 
-    nbgrader's cells (answers, tests, locked cells) always run, whatever their tags: a learner who tags a test
-    cell ``demo`` does not skip its test.
+    nbgrader's cells (answers, tests, locked cells) always run, whatever their tags: a learner who
+    tags a test cell ``demo`` does not skip its test.
     """
     meta = cell.metadata.get("nbgrader", {})
     nbgrader_cell = meta.get("grade") or meta.get("solution") or meta.get("locked")
@@ -49,12 +51,13 @@ def skipped(cell) -> bool:
 
 
 class GradingExecute(Execute):
-    """nbgrader's Execute, with the kernel in a sandbox, a bound per submission, and a dead kernel survived.
+    """nbgrader's Execute, with the kernel in a sandbox, a bound per submission, and a dead kernel
+    survived.
 
-    A cell that kills the kernel (os._exit, a segfault, the CPU-time limit) gets a KernelDied error naming it;
-    a new kernel re-runs the cells before it and grading goes on after it. Once the submission's time is spent,
-    the cells left get a NotRun error (so their tests score zero). Cells tagged ``demo`` or ``gpu-check``
-    (``skipped``) are not run and lose their outputs.
+    A cell that kills the kernel (os._exit, a segfault, the CPU-time limit) gets a KernelDied error
+    naming it; a new kernel re-runs the cells before it and grading goes on after it. Once the
+    submission's time is spent, the cells left get a NotRun error (so their tests score zero). Cells
+    tagged ``demo`` or ``gpu-check`` (``skipped``) are not run and lose their outputs.
     """
 
     sandbox = Bool(
@@ -155,7 +158,8 @@ class GradingExecute(Execute):
         reply = await super()._async_handle_timeout(timeout, cell)
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id") if cell is not None else None
         if reply and grade_id:  # name the cell, as the feedback and the formgrader show its error
-            why = f"{grade_id} gave no reply within {timeout} s: it was interrupted and grading went on"
+            why = f"{grade_id} gave no reply within {timeout} s: it was interrupted"
+            why += " and grading went on"
             reply["content"].update(evalue=why, traceback=[f"{TIMEOUT}: {why}"])
         return reply
 

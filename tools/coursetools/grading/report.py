@@ -1,19 +1,23 @@
 """A class report: what the class got right, what it got wrong, and with which error.
 
-    python -m coursetools.grading.report NN_topic [--course DIR] [--out DIR]    (or: make report LESSON=NN_topic)
+    python -m coursetools.grading.report NN_topic [--course DIR] [--out DIR]
+    make report LESSON=NN_topic
 
-after grading (`make grade LESSON=NN_topic`, or `nbgrader autograde`), writes reports/NN_topic.html, one page that
-needs nothing else (its plot is embedded), and reports/NN_topic.csv, one row per submission, both from
-``class_rows`` (the rows the class table prints):
+after grading (`make grade LESSON=NN_topic`, or `nbgrader autograde`), writes reports/NN_topic.html,
+one page that needs nothing else (its plot is embedded), and reports/NN_topic.csv, one row per
+submission, both from ``class_rows`` (the rows the class table prints):
 
 - the score distribution (a histogram) and the class's mean and median;
-- each test cell: points, how many submissions passed it, and its most common failure messages (an error's first
-  line, as the autograded notebooks show it, with how many submissions met it and who);
+- each test cell: points, how many submissions passed it, and its most common failure messages (an
+  error's first line, as the autograded notebooks show it, with how many submissions met it and
+  who);
 - the submissions autograde could not read (an empty file, not a notebook), apart from the failures;
 - the cells that timed out, killed the kernel or were not run;
-- the written answers still waiting for a person, a count per answer (nbgrader's `needs_manual_grade`);
-- grading time per submission, as `make grade` measured it (absent after a plain `nbgrader autograde`), and
-  beside it the speed-up a submission measured where the lesson prints one (lesson 09; shown, never graded).
+- the written answers still waiting for a person, a count per answer (nbgrader's
+  `needs_manual_grade`);
+- grading time per submission, as `make grade` measured it (absent after a plain `nbgrader
+  autograde`), and beside it the speed-up a submission measured where the lesson prints one (lesson
+  09; shown, never graded).
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def cell_summaries(data: ClassRows) -> list[CellSummary]:
 
 
 def waiting(data: ClassRows) -> dict[str, list[str]]:
-    """Written answer -> the students whose answer still waits for a person (answers with none left out)."""
+    """Written answer -> the students whose answer still waits for a person (answers with none left
+    out)."""
     found = {label: [r.student for r in data.rows if label in r.ungraded] for label in data.written}
     return {label: students for label, students in found.items() if students}
 
@@ -112,7 +117,8 @@ def _names(names: list[str]) -> str:
 def _failure_block(t: CellSummary) -> str:
     e = html.escape
     items = "".join(
-        f"<li><b>{n}</b> &times; <code>{e(message)}</code> <span class=who>({_names(t.who[message])})</span></li>"
+        f"<li><b>{n}</b> &times; <code>{e(message)}</code> "
+        f"<span class=who>({_names(t.who[message])})</span></li>"
         for message, n in t.failures.most_common(SHOWN_MESSAGES)
     )
     rest = len(t.failures) - SHOWN_MESSAGES
@@ -172,7 +178,8 @@ def _sections(data: ClassRows) -> dict[str, str]:
         if answers
         else "<p>None: every written answer is graded.</p>",
         "waiting": str(sum(len(who) for who in waiting(data).values())),
-        "time_note": f"{len(timed)} timed: median {statistics.median(timed):.0f} s, longest {max(timed):.0f} s."
+        "time_note": f"{len(timed)} timed: median {statistics.median(timed):.0f} s, "
+        f"longest {max(timed):.0f} s."
         if timed
         else "Not timed: the submissions were graded with a plain <code>nbgrader autograde</code>; "
         "<code>make grade</code> times each one.",
@@ -186,7 +193,8 @@ def _score(r) -> str:
     return f"{r.score:g} / {r.max_score:g}" if r.status == GRADED else r.status
 
 
-STYLE = """body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; }
+STYLE = """body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
+  padding: 0 1rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } .who { color: #666; } img { max-width: 100%; }"""
@@ -202,7 +210,8 @@ def page(data: ClassRows, png: bytes) -> str:
 {STYLE}
 </style></head><body>
 <h1>{e(data.lesson)}: class report</h1>
-<p id="summary">{e(_summary(data))}. Scores are nbgrader's (the gradebook), hand-graded answers included;
+<p id="summary">{e(_summary(data))}. Scores are nbgrader's (the gradebook), hand-graded answers
+included;
 {s["waiting"]} written answers still wait for a person (each counts 0 until graded).</p>
 <h2>Score distribution</h2>
 <img id="scores" alt="histogram of the class's scores" src="data:image/png;base64,{plot}">
@@ -246,7 +255,8 @@ def csv_rows(data: ClassRows) -> list[dict]:
 
 
 def write(course: Path, lesson: str, out: Path | None = None) -> tuple[Path, Path, ClassRows]:
-    """Write ``out``/LESSON.html and .csv (``out`` defaults to the course's reports/); their paths and the rows."""
+    """Write ``out``/LESSON.html and .csv (``out`` defaults to the course's reports/); their paths
+    and the rows."""
     data = class_rows(course, lesson)
     out = out or course / REPORTS
     out.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
-"""``class_rows(course, lesson)``: one walk of the gradebook, autograded/ and the grading times, one row per student.
+"""``class_rows(course, lesson)``: one walk of the gradebook, autograded/ and the grading times, one
+row per student.
 
-The class table (``table``) and the class report (``report``) are two renderings of these rows. Scores come from
-the gradebook through nbgrader's own API, so they are the scores the Formgrader and ``nbgrader export`` show,
-hand-graded answers included; the rest (error messages, timeouts, the lesson 09 speed-up) from the autograded
-notebooks.
+The class table (``table``) and the class report (``report``) are two renderings of these rows.
+Scores come from the gradebook through nbgrader's own API, so they are the scores the Formgrader and
+``nbgrader export`` show, hand-graded answers included; the rest (error messages, timeouts, the
+lesson 09 speed-up) from the autograded notebooks.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ REPORTS, TIMES = (
 )  # the class reports' folder; the grading times it keeps
 GRADED, NOT_GRADED, UNREADABLE = "graded", "not graded", "could not be read"
 NO_ERROR = "(no error shown: the cell ran but scored below its points)"
-# Lesson 09: its locked cell `measure_speedup` prints this line; the ratio is shown beside the score, never graded.
+# Lesson 09: its locked cell `measure_speedup` prints this line; the ratio is shown beside the
+# score, never graded.
 SPEEDUP_CELL = "measure_speedup"
 SPEEDUP = re.compile(r"fast_train speed-up over the baseline: ([0-9.]+)x")
 
 
 @dataclass
 class Test:
-    """A test cell of the assignment (``label``: its grade id, prefixed by its notebook where there are several)."""
+    """A test cell of the assignment (``label``: its grade id, prefixed by its notebook where there
+    are several)."""
 
     label: str
     points: float
@@ -67,7 +70,8 @@ INCIDENTS = {
 
 @dataclass
 class ClassRows:
-    """The lesson's rows, its test cells (in the notebook's order) and written answers (label -> points)."""
+    """The lesson's rows, its test cells (in the notebook's order) and written answers (label ->
+    points)."""
 
     lesson: str
     rows: list[Row]
@@ -80,7 +84,8 @@ class ClassRows:
 
 
 def grading_times(course: Path) -> dict[str, dict[str, float]]:
-    """lesson -> student -> seconds `make grade` took for the submission, as its last run for them measured."""
+    """lesson -> student -> seconds `make grade` took for the submission, as its last run for them
+    measured."""
     path = course / REPORTS / TIMES
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -93,7 +98,8 @@ def first_line(output) -> str:
 
 
 def speedup(nb) -> float | None:
-    """The ratio lesson 09's locked cell ``measure_speedup`` printed, else None; no other cell's output counts."""
+    """The ratio lesson 09's locked cell ``measure_speedup`` printed, else None; no other cell's
+    output counts."""
     found = [
         float(m.group(1))
         for cell in nb.cells
@@ -123,7 +129,8 @@ def unreadable(path: Path) -> str:
 
 
 def _read_graded(row: Row, graded: Path, label) -> list[str]:
-    """Fill ``row`` from an autograded notebook: incidents, error messages, speed-up; its grade ids in order."""
+    """Fill ``row`` from an autograded notebook: incidents, error messages, speed-up; its grade ids
+    in order."""
     import nbformat
 
     nb = nbformat.read(graded, as_version=4)
@@ -143,7 +150,8 @@ def _read_graded(row: Row, graded: Path, label) -> list[str]:
 
 
 def class_rows(course: Path, lesson: str) -> ClassRows:
-    """Every submission of ``lesson`` in ``course``: the gradebook's, and those in submitted/ it does not hold."""
+    """Every submission of ``lesson`` in ``course``: the gradebook's, and those in submitted/ it
+    does not hold."""
     from nbgrader.api import Gradebook, MissingEntry
 
     times = grading_times(course).get(lesson, {})

@@ -1,10 +1,10 @@
 """The sandbox a student's kernel runs in while autograde grades it.
 
-Each kernel runs under bubblewrap (``bwrap``, Debian package ``bubblewrap``): a new root holding only the system
-(read-only), the Python environment (read-only), the submission's own autograded folder and a private /tmp and
-$HOME; no network (its own loopback only); the GPUs' device files where there are any; an address-space and a
-CPU-time limit (prlimit). solutions/, the gradebook, submitted/, the other students' folders and the exchange are
-simply not there.
+Each kernel runs under bubblewrap (``bwrap``, Debian package ``bubblewrap``): a new root holding
+only the system (read-only), the Python environment (read-only), the submission's own autograded
+folder and a private /tmp and $HOME; no network (its own loopback only); the GPUs' device files
+where there are any; an address-space and a CPU-time limit (prlimit). solutions/, the gradebook,
+submitted/, the other students' folders and the exchange are simply not there.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from jupyter_client.manager import AsyncKernelManager
 TOOL = "bwrap"
 UNSANDBOXED = "--GradingExecute.sandbox=False"
 WHY = (
-    "autograde runs each student's code, and outside a sandbox that code can read solutions/, the gradebook "
-    "and the other students' work, or change them. Install the sandbox (Debian/Ubuntu: apt-get install "
-    f"bubblewrap), or, for submissions you trust, pass {UNSANDBOXED} (make grade UNSANDBOXED=1)."
+    "autograde runs each student's code, and outside a sandbox that code can read solutions/, "
+    "the gradebook and the other students' work, or change them. Install the sandbox "
+    "(Debian/Ubuntu: apt-get install bubblewrap), or, for submissions you trust, pass "
+    f"{UNSANDBOXED} (make grade UNSANDBOXED=1)."
 )
 PASSED_ON = (
     "NBGRADER_EXECUTION",
@@ -61,7 +62,8 @@ def sandbox_problem(tool: str = TOOL) -> str | None:
 
 
 def python_dirs(python: str) -> list[str]:
-    """The folders ``python`` imports from (its install, the environment, editable packages), outermost first."""
+    """The folders ``python`` imports from (its install, the environment, editable packages),
+    outermost first."""
     code = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, *sys.path]))"
     out = subprocess.run(
         [python, "-I", "-c", code], capture_output=True, text=True, check=True
@@ -85,9 +87,10 @@ def _driver_libraries(ldconfig: str) -> list[str]:
 def gpu_passthrough(
     dev: str = "/dev", ldconfig: str | None = None, environ=os.environ
 ) -> tuple[list[str], list[str]]:
-    """What a sandboxed kernel needs to use the GPUs: their device files (``/dev/nvidia*``, WSL2's ``/dev/dxg``),
-    and the folders of the NVIDIA driver's libraries (``ldconfig -p``) and of LD_LIBRARY_PATH that the sandbox
-    does not show already (it shows /usr, /opt, /etc, /bin and /lib*): a cluster's or NixOS's driver, a site CUDA.
+    """What a sandboxed kernel needs to use the GPUs: their device files (``/dev/nvidia*``, WSL2's
+    ``/dev/dxg``), and the folders of the NVIDIA driver's libraries (``ldconfig -p``) and of
+    LD_LIBRARY_PATH that the sandbox does not show already (it shows /usr, /opt, /etc, /bin and
+    /lib*): a cluster's or NixOS's driver, a site CUDA.
     """
     devices = sorted(glob.glob(os.path.join(dev, "nvidia*")) + glob.glob(os.path.join(dev, "dxg")))
     if not devices:
@@ -121,11 +124,13 @@ def sandbox_command(
     tool: str = TOOL,
     libraries: list[str] = (),
 ) -> list[str]:
-    """``cmd`` (a kernel's command line) run by ``tool`` (bubblewrap) in a sandbox, under prlimit's limits.
+    """``cmd`` (a kernel's command line) run by ``tool`` (bubblewrap) in a sandbox, under prlimit's
+    limits.
 
-    Visible: the system read-only, ``python_dirs`` and ``libraries`` read-only, ``workdir`` and ``runtime`` (the
-    kernel's connection file and sockets) writable, ``devices`` (the GPUs'), a private /tmp holding $HOME. A Python
-    or library folder that holds the course itself is refused: it would show the solutions.
+    Visible: the system read-only, ``python_dirs`` and ``libraries`` read-only, ``workdir`` and
+    ``runtime`` (the kernel's connection file and sockets) writable, ``devices`` (the GPUs'), a
+    private /tmp holding $HOME. A Python or library folder that holds the course itself is refused:
+    it would show the solutions.
     """
     for d in [*python_dirs, *libraries]:
         if course and (course + os.sep).startswith(d.rstrip(os.sep) + os.sep):
@@ -190,7 +195,8 @@ def sandbox_command(
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel starts inside the sandbox (``sandbox`` holds sandbox_command's options)."""
+    """A kernel manager whose kernel starts inside the sandbox (``sandbox`` holds sandbox_command's
+    options)."""
 
     sandbox: dict = {}
 

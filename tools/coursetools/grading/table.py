@@ -1,11 +1,13 @@
 """Grade a class: nbgrader autograde with each student's kernel in a sandbox, then the class table.
 
-    python -m coursetools.grading NN_topic [--jobs N] [--unsandboxed]      (or: make grade LESSON=NN_topic)
+    python -m coursetools.grading NN_topic [--jobs N] [--unsandboxed]
+    make grade LESSON=NN_topic [GRADE_JOBS=N] [UNSANDBOXED=1]
 
-collects the lesson (when an exchange is configured), autogrades every submission in submitted/, several at once,
-and prints one line per student: score, failed test cells, cells that timed out, cells that killed the kernel,
-cells not run. nbgrader_config.py puts ``GradingExecute`` in place of nbgrader's Execute, so a plain
-``nbgrader autograde`` grades the same way; this command adds the parallel runs, the times and the table.
+collects the lesson (when an exchange is configured), autogrades every submission in submitted/,
+several at once, and prints one line per student: score, failed test cells, cells that timed out,
+cells that killed the kernel, cells not run. nbgrader_config.py puts ``GradingExecute`` in place of
+nbgrader's Execute, so a plain ``nbgrader autograde`` grades the same way; this command adds the
+parallel runs, the times and the table.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ COLUMNS = ("failed", "timed_out", "kernel_died", "not_run")
 
 
 def show(data: ClassRows) -> str:
-    """The class table: a line per student; ranked by speed-up where the lesson measures one (lesson 09)."""
+    """The class table: a line per student; ranked by speed-up where the lesson measures one (lesson
+    09)."""
     rows = data.rows
     timed = any(
         r.speedup for r in rows
@@ -72,7 +75,8 @@ def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def grade(course: Path, lesson: str, *, jobs: int, extra: list[str]) -> ClassRows:
-    """Autograde every submission of ``lesson`` in ``course``, ``jobs`` at a time; keep the times; the rows."""
+    """Autograde every submission of ``lesson`` in ``course``, ``jobs`` at a time; keep the times;
+    the rows."""
     students = sorted(
         p.parent.name for p in (course / "submitted").glob(f"*/{lesson}") if p.is_dir()
     )
