@@ -77,13 +77,25 @@ def answer_of(test_id: str, answer_ids: list[str]) -> str | None:
     return max(matches, key=len) if matches else None
 
 
+def locked_ids(lesson: str) -> set[str]:
+    """Grade ids of the lesson's read-only cells that are neither answers nor tests (a referee's
+    code)."""
+    found = set()
+    for cell in read(solution_path(lesson)).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("locked") and not meta.get("grade") and not meta.get("solution"):
+            found.add(meta["grade_id"])
+    return found
+
+
 @dataclass
 class Fixture:
-    """Replacement sources for some answer cells of a lesson (tests/fixtures/<lesson>/<name>.py).
+    """Replacement sources for some cells of a lesson (tests/fixtures/<lesson>/<name>.py).
 
     A fixture named ``right_*`` holds right answers written another natural way: it keeps full
     marks. Any other fixture holds wrong answers: it loses exactly the points of the test cells of
-    the answers it names.
+    the answers it names. A fixture may also edit read-only (locked) cells, as a learner gaming the
+    referee would: autograde restores them, and they cost no points of their own.
     """
 
     lesson: str
@@ -96,8 +108,8 @@ class Fixture:
 
     @property
     def wrong(self) -> set[str]:
-        """The answers it gets wrong (none for a right fixture)."""
-        return set() if self.right else set(self.answers)
+        """The answers it gets wrong (none for a right fixture; never a read-only cell)."""
+        return set() if self.right else set(self.answers) - locked_ids(self.lesson)
 
 
 def fixtures(lesson: str | None = None) -> list[Fixture]:
@@ -168,6 +180,23 @@ def autograde_problems(
                     f"{student}: the written answer {cell.metadata.nbgrader.grade_id} "
                     "must wait for the instructor"
                 )
+    return problems
+
+
+def locked_problems(course: Path, lesson: str, students: list[str]) -> list[str]:
+    """Read-only cells of ``students``' autograded notebooks whose code is not the source's."""
+    source = {
+        cell.metadata.nbgrader.grade_id: cell.source
+        for cell in read(solution_path(lesson)).cells
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in locked_ids(lesson)
+    }
+    problems = []
+    for student in students:
+        graded = read(course / "autograded" / student / lesson / solution_path(lesson).name)
+        for cell in graded.cells:
+            name = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if name in source and cell.source != source[name]:
+                problems.append(f"{student}: the read-only cell {name} was not restored")
     return problems
 
 

@@ -52,8 +52,10 @@ def test_every_exercise_has_wrong_answer_fixtures(lesson):
             f"{lesson}: {grade_id!r} needs wrong answers in two fixtures"
         )
     named = {grade_id for f in ck.fixtures(lesson) for grade_id in f.answers}
-    unknown = named - set(answers)
-    assert not unknown, f"fixtures of {lesson} name cells that are not exercises: {unknown}"
+    unknown = named - set(answers) - ck.locked_ids(lesson)
+    assert not unknown, (
+        f"fixtures of {lesson} name cells that are neither exercises nor locked: {unknown}"
+    )
 
 
 def _submission(lesson: str, name: str):
@@ -98,6 +100,7 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     released = ck.read(ck.student_path(lesson))
     moved = gk.restored_after(graded, released)
     problems += [f"deleted_tests: {cell} came back in the wrong place" for cell in moved]
+    problems += ck.locked_problems(course, lesson, names)
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
     warning = ck.cell_warning(course / "autograded" / "solution" / lesson / notebook)
     assert not warning, f"a solution cell warns: {warning}"
