@@ -1,0 +1,85 @@
+"""The claims each lesson makes (its `claims.claim(` calls), so a report can name the ones that did not run.
+
+A claim's text is a literal, an f-string (its fields match anything) or computed at run time (named by its cell).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from .runs import cell_parts, code_cells
+
+
+def _python(code: str) -> str:
+    """A cell's code without IPython's magics and shell lines, which are not Python."""
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines()
+    )
+
+
+def _is_claim(call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        owner = func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        return func.attr == "claim" and name == "claims"
+    return isinstance(func, ast.Name) and func.id == "claim"
+
+
+def _text(node: ast.AST | None) -> tuple[str, str | None]:
+    """(the claim's text as a reader sees it, a regular expression matching it when run) for its first argument."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, re.escape(node.value)
+    if isinstance(node, ast.JoinedStr):
+        shown, pattern = "", ""
+        for part in node.values:
+            if isinstance(part, ast.Constant):
+                shown, pattern = shown + str(part.value), pattern + re.escape(str(part.value))
+            else:
+                shown, pattern = shown + "{" + ast.unparse(part.value) + "}", pattern + ".*?"
+        return shown, pattern
+    return "", None
+
+
+def lesson_claims(notebook: Path) -> list[dict]:
+    """Each claim call in a notebook: {"cell" (its code cell, as nbval counts), "part", "text", "pattern"}."""
+    found = []
+    for index, (code, part) in enumerate(
+        zip(code_cells(notebook), cell_parts(notebook), strict=True)
+    ):
+        try:
+            tree = ast.parse(_python(code))
+        except SyntaxError:
+            continue
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_claim(n)):
+            text, pattern = _text(call.args[0] if call.args else None)
+            if not text:
+                text = f"the claim computed in code cell {index} ({ast.unparse(call.args[0])})"
+            found.append({"cell": index, "part": part, "text": text, "pattern": pattern})
+    return found
+
+
+def match(catalogue: list[dict], recorded: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(catalogue entries some recorded claim matched, entries none did); a computed text matches any
+    recorded claim that no literal or f-string entry explains."""
+    texts = [e.get("claim") or "" for e in recorded if e.get("kind", "claim") == "claim"]
+    static = [e for e in catalogue if e["pattern"] is not None]
+    explained = {t for t in texts for e in static if re.fullmatch(e["pattern"], t, flags=re.S)}
+    ran, missing = [], []
+    for entry in catalogue:
+        if entry["pattern"] is None:
+            hit = any(t not in explained for t in texts)
+        else:
+            hit = any(re.fullmatch(entry["pattern"], t, flags=re.S) for t in texts)
+        (ran if hit else missing).append(entry)
+    return ran, missing
+
+
+def part_of(catalogue: list[dict], text: str) -> str:
+    """The part (PyTorch, TensorFlow, DALI) of the cell a recorded claim comes from; PyTorch when unknown."""
+    for entry in catalogue:
+        if entry["pattern"] is not None and re.fullmatch(entry["pattern"], text or "", flags=re.S):
+            return entry["part"]
+    return "PyTorch"
