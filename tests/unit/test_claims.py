@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import coursekit as ck
 import numpy as np
 import pytest
 
+import gpucourse
 from gpucourse import claims
 
 
@@ -103,3 +106,158 @@ def test_deferred_strict_mode_prints_and_records_a_failed_claim_and_goes_on(
     assert (
         "GPUCOURSE_CLAIMS_DEFER" not in capsys.readouterr().out
     )  # not strict: the usual FAIL line only
+
+
+# The GPU checks of lessons 01-04, run on a CPU with fake measurements: each cell tagged
+# `gpu-check` is taken from the solution and executed as it stands, its device faked as CUDA, in
+# strict mode, so a failed claim raises. A broken path's numbers must fail it, a right one's pass.
+def gpu_check(lesson: str, title: str) -> str:
+    nb = ck.read(ck.solution_path(lesson))
+    found = [
+        c.source
+        for c in nb.cells
+        if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
+    ]
+    assert len(found) == 1, f"{lesson}: one GPU check titled {title!r}, found {len(found)}"
+    return found[0]
+
+
+def lesson_cell(lesson: str, starts: str) -> str:
+    (source,) = [c.source for c in ck.read(ck.solution_path(lesson)).cells if starts in c.source]
+    return source
+
+
+@pytest.fixture
+def strict(monkeypatch, tmp_path):
+    """Run a lesson's GPU check as the GPU runner does (strict, recorded); returns the records."""
+    record = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+    monkeypatch.delenv(claims.DEFER_VAR, raising=False)
+
+    def recorded():
+        return record.read_text().splitlines() if record.exists() else []
+
+    def run(lesson, title, **names):
+        before = len(recorded())
+        exec(gpu_check(lesson, title), {"gpucourse": gpucourse, "device": "cuda:0", **names})
+        return [json.loads(line) for line in recorded()[before:]]  # this check's records
+
+    return run
+
+
+def test_lesson_02_pinned_copy_checks(strict, monkeypatch):
+    lesson = "02_tensors_on_device"
+    right = {"pageable": [0.1, 6.0], "pinned": [0.2, 12.0], "pin_then_copy": [0.1, 5.0]}
+    strict(lesson, "pinned copies are faster than pageable", curve=right)
+    with pytest.raises(RuntimeError, match="faster than from pageable memory"):
+        no_gain = {**right, "pinned": [0.2, 5.9]}  # a copy that still goes through staging
+        strict(lesson, "pinned copies are faster than pageable", curve=no_gain)
+    # no pinned memory (no CUDA): nothing to check, nothing raised, nothing recorded
+    assert strict(lesson, "pinned copies are faster than pageable", curve={"pageable": [1.0]}) == []
+
+    # pin_memory() right before the copy: compared with memory pinned once, never with pageable
+    many_cores = {"pageable": [10.0], "pinned": [25.0], "pin_then_copy": [14.0]}  # beats pageable
+    strict(lesson, "pin_memory() right before the copy", curve=many_cores)
+    with pytest.raises(RuntimeError, match="at least 10% slower"):
+        free_pinning = {**many_cores, "pin_then_copy": [24.5]}  # as if pinning cost nothing
+        strict(lesson, "pin_memory() right before the copy", curve=free_pinning)
+
+    # the link: half of the card's PCIe x16 rate, one way (bench's table); unknown card: not checked
+    monkeypatch.setattr(gpucourse, "device_facts", lambda device: SimpleNamespace(name="Tesla T4"))
+    t4 = {"pageable": [6.0], "pinned": [12.3], "pin_then_copy": [5.0]}
+    strict(lesson, "half of the card's PCIe link", curve=t4)
+    with pytest.raises(RuntimeError, match="half of the card's 16 GB/s"):
+        strict(lesson, "half of the card's PCIe link", curve={**t4, "pinned": [3.6]})  # x4 slot
+    monkeypatch.setattr(
+        gpucourse, "device_facts", lambda device: SimpleNamespace(name="Tesla P100")
+    )
+    records = strict(lesson, "half of the card's PCIe link", curve=t4)
+    assert records[-1]["kind"] == "precondition" and records[-1]["met"] is False
+
+
+def test_lesson_03_interleaving_keeps_clock_drift_off_one_setting():
+    namespace = {}
+    exec(lesson_cell("03_batching_pipelines", "def interleaved("), namespace)
+    calls = []
+
+    def drifting(setting):  # the same speed for both settings; the clock slows 8% per run
+        calls.append(setting)
+        return 10.0 * 1.08 ** len(calls)
+
+    off_on = namespace["interleaved"](drifting, [False, True])
+    assert calls == [False, True] * 3
+    assert off_on[True] / off_on[False] < 1.15  # what the check allows; measured in a row: 1.26
+    assert (10.0 * 1.08**4) / (10.0 * 1.08**1) > 1.15
+
+
+def test_lesson_03_checks(strict):
+    lesson = "03_batching_pipelines"
+    strict(lesson, "the largest batch runs at least 4x", rates={1: 400.0, 256: 9000.0})
+    with pytest.raises(RuntimeError, match="at least 4x"):
+        strict(lesson, "the largest batch runs at least 4x", rates={1: 400.0, 256: 1000.0})
+    cudnn = {"cudnn.benchmark off (default)": 20.0, "cudnn.benchmark on": 19.0}
+    strict(lesson, "cudnn.benchmark on is no slower", cudnn_ms=cudnn)
+
+    def row(wait_s, batches=32):
+        return SimpleNamespace(wait_s=wait_s, batches=batches)
+
+    # the naive row decodes on one thread, the tuned one in parallel, then from its cache
+    strict(lesson, "the naive tf.data pipeline waits", tf_stats=[row(1.3), row(0.2)])
+    strict(lesson, "the naive tf.data pipeline waits", tf_stats=[row(1.3), row(0.0)])  # no 1/0
+    with pytest.raises(RuntimeError, match="waits at least 1.5x"):  # still parallelized by TF
+        strict(lesson, "the naive tf.data pipeline waits", tf_stats=[row(0.25), row(0.2)])
+    assert strict(lesson, "the naive tf.data pipeline waits", tf_stats=[]) == []  # no TensorFlow
+
+
+def test_lesson_04_checks(strict):
+    lesson = "04_mixed_precision"
+    facts = SimpleNamespace(name="Tesla P100-PCIE-16GB")
+    p100 = {"fp32": 9.0}  # no tensor cores: no 16-bit row at all
+    records = strict(lesson, "16-bit matmuls run at least twice", tflops=p100, facts=facts)
+    assert [(r["kind"], r["met"]) for r in records] == [("precondition", False)]
+    strict(
+        lesson, "16-bit matmuls run at least twice", tflops={"fp32": 8.0, "fp16": 40.0}, facts=facts
+    )
+    with pytest.raises(RuntimeError, match="at least twice"):
+        strict(
+            lesson,
+            "16-bit matmuls run at least twice",
+            tflops={"fp32": 8.0, "fp16": 9.0},
+            facts=facts,
+        )
+
+    def runs(amp_ms, amp_saved, amp_peak):
+        fp32 = {
+            "ms per step": 90.0,
+            "saved for backward (MiB)": 1000.0,
+            "peak of a step (MiB)": 1400.0,
+        }
+        amp = {
+            "ms per step": amp_ms,
+            "saved for backward (MiB)": amp_saved,
+            "peak of a step (MiB)": amp_peak,
+        }
+        return {"fp32": fp32, "AMP float16": amp}
+
+    right = dict(measured=runs(45.0, 955.0, 1350.0), amp_name="AMP float16")
+    for title in (
+        "mixed precision is at least 1.2x faster",
+        "saves 1% to 15% less",
+        "at most 25% above",
+    ):
+        strict(lesson, title, **right)
+    off = dict(measured=runs(88.0, 1000.0, 1400.0), amp_name="AMP float16")  # autocast not applied
+    for title in ("mixed precision is at least 1.2x faster", "saves 1% to 15% less"):
+        with pytest.raises(RuntimeError):
+            strict(lesson, title, **off)
+    strict(lesson, "at most 25% above", measured=runs(45.0, 955.0, 1000.0), amp_name="AMP float16")
+
+    curves = {"fp32": [2.0] * 50 + [0.5, 0.7] * 5, "AMP float16": [2.0] * 50 + [0.7, 0.5] * 5}
+    strict(lesson, "curves end at the same level", curves=curves, amp_name="AMP float16")
+    with pytest.raises(RuntimeError, match="end at the same level"):
+        diverged = {**curves, "AMP float16": [2.0] * 60}
+        strict(lesson, "curves end at the same level", curves=diverged, amp_name="AMP float16")
+    assert strict(lesson, "skips only a few steps", use_scaler=False, skipped=0) == []
+    with pytest.raises(RuntimeError, match="skips only a few"):
+        strict(lesson, "skips only a few steps", use_scaler=True, skipped=30)
