@@ -1,8 +1,8 @@
 """binder/ builds a CPU-only environment in which every lesson can run (checked statically, no
 repo2docker build).
 
-tests/test_pins.py already checks that binder/ is generated from the course pins (every pin but
-DALI, the Python version). Here: what repo2docker will make of binder/, and that each lesson's
+tests/course/test_pins.py already checks that binder/ is generated from the course pins (every pin
+but DALI, the Python version). Here: what repo2docker will make of binder/, and that each lesson's
 imports are satisfied by what binder/requirements.txt installs (with everything those packages
 depend on), the standard library and gpucourse; TensorFlow and DALI only through
 ``gpucourse.import_tensorflow()`` / ``gpucourse.import_dali()``, which degrade to a sentence when
@@ -20,7 +20,7 @@ from functools import cache
 
 import coursekit as ck
 import pytest
-from coursetools import pins as sync_pins
+from coursetools import pins
 from packaging.requirements import Requirement
 
 BINDER = ck.ROOT / "binder"
@@ -66,7 +66,7 @@ def binder_requirements() -> list[str]:
 def binder_closure() -> frozenset[str]:
     """The distributions pip installs from binder/requirements.txt, dependencies included (read
     from this venv)."""
-    seen, todo = set(), [sync_pins.package_name(r) for r in binder_requirements()]
+    seen, todo = set(), [pins.package_name(r) for r in binder_requirements()]
     while todo:
         name = _normal(todo.pop())
         if name in seen:
@@ -195,11 +195,9 @@ def test_binder_holds_only_the_pip_build():
 
 def test_binder_installs_cpu_builds_and_nothing_for_a_gpu():
     text = (BINDER / "requirements.txt").read_text()
-    assert f"--extra-index-url {sync_pins.CPU_TORCH_INDEX}" in text.splitlines(), (
-        "PyTorch's CPU wheels"
-    )
+    assert f"--extra-index-url {pins.CPU_TORCH_INDEX}" in text.splitlines(), "PyTorch's CPU wheels"
     for requirement in binder_requirements():
-        name = sync_pins.package_name(requirement)
+        name = pins.package_name(requirement)
         assert "[" not in requirement, (
             f"{requirement}: no extras on Binder (e.g. tensorflow[and-cuda])"
         )
@@ -223,7 +221,7 @@ def test_binder_installs_the_helper_without_dependencies():
     import tomllib
 
     helper = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    listed = {_normal(sync_pins.package_name(r)) for r in binder_requirements()}
+    listed = {_normal(pins.package_name(r)) for r in binder_requirements()}
     for requirement in helper:
         assert _normal(Requirement(requirement).name) in listed, (
             f"gpucourse needs {requirement}, binder/ lacks it"

@@ -8,7 +8,9 @@ import sys
 import coursekit as ck
 import pytest
 import tomllib
-from coursetools import pins as sync_pins
+from coursetools import pins
+
+from gpucourse.doctor import cuda_major
 
 PROJECT = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["project"]
 
@@ -29,47 +31,55 @@ def test_the_course_extra_pins_every_package_exactly():
 
 
 def test_the_helper_itself_never_names_a_framework():
-    names = {sync_pins.package_name(r.replace(">=", "==")) for r in PROJECT["dependencies"]}
+    names = {pins.package_name(r.replace(">=", "==")) for r in PROJECT["dependencies"]}
     assert not names & {"torch", "tensorflow", "torchvision", "nvidia-dali-cuda120"}
     assert all("==" not in r for r in PROJECT["dependencies"]), (
         "the helper's own requirements stay loose"
     )
 
 
+def test_the_helpers_version_is_written_once():
+    """pyproject.toml reads it from gpucourse.__version__; the installed metadata agrees."""
+    import importlib.metadata
+
+    import gpucourse
+
+    assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
+    dynamic = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert dynamic["dynamic"]["version"] == {"attr": "gpucourse.__version__"}
+    assert importlib.metadata.version("gpucourse") == gpucourse.__version__
+    assert "readme" not in PROJECT, "the course README is not the helper package's description"
+
+
 def test_environment_yml_and_binder_carry_the_same_pins():
-    pins = PROJECT["optional-dependencies"]["course"]
     env = (ck.ROOT / "environment.yml").read_text()
     binder = (ck.ROOT / "binder" / "requirements.txt").read_text().splitlines()
-    for pin in pins:
+    for pin in PROJECT["optional-dependencies"]["course"]:
         assert f'"{pin}"' in env
-        if sync_pins.package_name(pin) in sync_pins.NOT_ON_BINDER:
-            assert not any(line.startswith(sync_pins.package_name(pin)) for line in binder)
+        if pins.package_name(pin) in pins.NOT_ON_BINDER:
+            assert not any(line.startswith(pins.package_name(pin)) for line in binder)
         else:
             assert pin.split(";")[0].strip() in binder
 
 
 def test_environment_gpu_yml_carries_the_gpu_set_and_its_index():
     env = (ck.ROOT / "environment-gpu.yml").read_text()
-    for pin in sync_pins.gpu_pins():
+    for pin in pins.gpu_pins():
         assert f'"{pin}"' in env
-    assert f"--extra-index-url {sync_pins.gpu_index()}" in env
-    assert len({sync_pins.package_name(p) for p in sync_pins.gpu_pins()}) == len(
-        sync_pins.gpu_pins()
-    ), "one pin a package"
+    assert f"--extra-index-url {pins.gpu_index()}" in env
+    assert len({pins.package_name(p) for p in pins.gpu_pins()}) == len(pins.gpu_pins()), (
+        "one pin a package"
+    )
 
 
 def test_the_gpu_set_names_one_cuda_major():
     """Every GPU-set pin that names a CUDA build (nvidia-dali-cuda120, torch +cu128, PyTorch's
     index) names the same one."""
     majors = {
-        sync_pins.package_name(pin): sync_pins.cuda_major(
-            sync_pins.package_name(pin), pin.split(";")[0]
-        )
-        for pin in sync_pins.gpu_pins()
+        pins.package_name(pin): cuda_major(pins.package_name(pin), pin.split(";")[0])
+        for pin in pins.gpu_pins()
     }
-    majors["PyTorch's index"] = sync_pins.cuda_major(
-        "", "+" + sync_pins.gpu_index().rstrip("/").rsplit("/", 1)[1]
-    )
+    majors["PyTorch's index"] = cuda_major("", "+" + pins.gpu_index().rstrip("/").rsplit("/", 1)[1])
     named = {name: major for name, major in majors.items() if major}
     assert {"torch", "torchvision", "nvidia-dali-cuda120", "PyTorch's index"} <= set(named), named
     assert len(set(named.values())) == 1, f"the GPU set mixes CUDA majors: {named}"
@@ -79,11 +89,11 @@ def test_the_gpu_set_names_a_torch_build_pytorch_publishes():
     """docs/pytorch-cuda-builds.toml lists the CUDA builds of each release; the GPU set's torch,
     torchvision and index must be one of them (PyTorch's index is not reachable from CI, so this
     table is what the pins are checked against)."""
-    assert sync_pins.unpublished(sync_pins.gpu_pins(), sync_pins.gpu_index()) == []
+    assert pins.unpublished(pins.gpu_pins(), pins.gpu_index()) == []
 
 
 @pytest.mark.parametrize(
-    ("pins", "index", "says"),
+    ("wanted", "index", "says"),
     [
         (
             ["torch==2.14.1+cu128", "torchvision==0.29.1+cu128"],
@@ -112,18 +122,17 @@ def test_the_gpu_set_names_a_torch_build_pytorch_publishes():
         ),
     ],
 )
-def test_a_build_pytorch_does_not_publish_is_named(pins, index, says):
-    assert any(says in problem for problem in sync_pins.unpublished(pins, index)), (
-        sync_pins.unpublished(pins, index)
-    )
+def test_a_build_pytorch_does_not_publish_is_named(wanted, index, says):
+    problems = pins.unpublished(wanted, index)
+    assert any(says in problem for problem in problems), problems
 
 
 def test_the_builds_table_gives_each_build_its_architectures_and_sources():
-    text = (ck.ROOT / sync_pins.BUILDS).read_text()
+    text = (ck.ROOT / pins.BUILDS).read_text()
     assert "RELEASE.md" in text and "pytorch/pytorch#175253" in text, (
         "the table names where it was read"
     )
-    for release, facts in sync_pins.published_builds().items():
+    for release, facts in pins.published_builds().items():
         assert facts["pypi"] in facts["builds"] and facts["torchvision"].startswith("0."), release
         for build, about in facts["builds"].items():
             assert (
@@ -135,29 +144,27 @@ def test_the_gpu_set_is_colabs_versions_of_what_the_lessons_import():
     """One set of versions: the GPU set pins Colab's torch (with Colab's CUDA build), TensorFlow,
     Keras, numpy, ..., which the Colab set runs every lesson on in `make test`. A refreshed freeze
     that moves one fails here: choose the GPU set again (CONTRIBUTING, "The two sets")."""
-    colab = sync_pins.freeze()
+    colab = pins.freeze()
     gpu = {
-        sync_pins.package_name(pin): pin.split(";")[0].split("==", 1)[1].strip()
-        for pin in sync_pins.gpu_pins()
+        pins.package_name(pin): pin.split(";")[0].split("==", 1)[1].strip()
+        for pin in pins.gpu_pins()
     }
-    for name in sync_pins.LESSON_LIBRARIES:
-        assert gpu.get(name) == colab[sync_pins.normalized(name)], (
+    for name in pins.LESSON_LIBRARIES:
+        assert gpu.get(name) == colab[pins.package_name(name)], (
             f"the GPU set pins {name} {gpu.get(name)}, Colab's runtime has "
-            f"{colab[sync_pins.normalized(name)]}"
+            f"{colab[pins.package_name(name)]}"
         )
 
 
 def test_the_colab_set_is_the_freezes_versions():
-    colab, course = (
-        sync_pins.freeze(),
-        {sync_pins.package_name(pin): pin for pin in sync_pins.course_pins()},
-    )
-    pins = sync_pins.colab_pins()
-    for name in sync_pins.LESSON_LIBRARIES + sync_pins.COLAB_KERNEL:
-        assert f"{name}=={sync_pins.public(colab[sync_pins.normalized(name)])}" in pins
-    for name in sync_pins.COLAB_FROM_COURSE:
-        assert sync_pins.normalized(name) not in colab and course[name] in pins
-    constraints = sync_pins.colab_constraints()
+    colab = pins.freeze()
+    course = {pins.package_name(pin): pin for pin in pins.course_pins()}
+    wanted = pins.colab_pins()
+    for name in pins.LESSON_LIBRARIES + pins.COLAB_KERNEL:
+        assert f"{name}=={pins.public(colab[pins.package_name(name)])}" in wanted
+    for name in pins.COLAB_FROM_COURSE:
+        assert pins.package_name(name) not in colab and course[name] in wanted
+    constraints = pins.colab_constraints()
     assert (
         "jupyter-core==" + colab["jupyter-core"] in constraints
         and "tornado==" + colab["tornado"] in constraints
@@ -168,7 +175,7 @@ def test_the_colab_set_is_the_freezes_versions():
 
 
 def test_the_freeze_says_where_and_when_it_was_taken():
-    source, date = sync_pins.freeze_source()
+    source, date = pins.freeze_source()
     assert "googlecolab/backend-info" in source and re.fullmatch(r"20\d\d-\d\d-\d\d", date)
     readme = (ck.ROOT / "README.md").read_text()
     assert date in readme, (
@@ -176,57 +183,63 @@ def test_the_freeze_says_where_and_when_it_was_taken():
     )
 
 
-def test_the_readme_names_the_oldest_and_newest_versions_tested_and_the_gpu_sets_build():
-    readme, colab = (ck.ROOT / "README.md").read_text(), sync_pins.freeze()
-    oldest = " | ".join(
-        sync_pins.public(colab[name]) for name in ("torch", "tensorflow", "keras", "ipython")
+def _tested_with(row: str) -> list[str]:
+    """A row of docs/environments.md's "Tested with" table, by its first cell's start."""
+    table = (ck.ROOT / "docs" / "environments.md").read_text()
+    (line,) = [line for line in table.splitlines() if line.startswith(f"| {row}")]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_the_tested_with_table_names_the_versions_the_sets_run():
+    """The oldest row is Colab's freeze; the newest is the CPU set, where a package it does not pin
+    (Keras, IPython: pip resolves them beside TensorFlow and ipykernel) says so, never a version."""
+    colab = pins.freeze()
+    oldest = [pins.public(colab[name]) for name in ("torch", "tensorflow", "keras", "ipython")]
+    oldest[-1] += f" (ipykernel {colab['ipykernel']})"
+    assert _tested_with("oldest")[1:5] == oldest
+    course = {pins.package_name(p): p.split(";")[0].split("==")[1] for p in pins.course_pins()}
+    newest = [
+        course.get(name, "not pinned") for name in ("torch", "tensorflow", "keras", "ipython")
+    ]
+    newest[-1] += f" (ipykernel {course['ipykernel']})"
+    assert _tested_with("newest")[1:5] == newest
+
+
+def test_the_readme_names_the_gpu_sets_build():
+    readme = (ck.ROOT / "README.md").read_text()
+    torch = next(p for p in pins.gpu_pins() if pins.package_name(p) == "torch")
+    version = torch.split("==")[1]
+    assert f"PyTorch {version}" in readme, (
+        f"the README names the GPU set's build, PyTorch {version}"
     )
-    assert f"| {oldest} (ipykernel {colab['ipykernel']})" in readme, (
-        f"README's Tested-with row for Colab: {oldest}"
-    )
-    course = {
-        sync_pins.package_name(p): p.split(";")[0].split("==")[1] for p in sync_pins.course_pins()
-    }
-    assert f"| {course['torch']} | {course['tensorflow']} |" in readme, (
-        "README's Tested-with row for the CPU set"
-    )
-    torch = next(p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) == "torch").split(
-        "=="
-    )[1]
-    assert f"PyTorch {torch}" in readme, f"the README names the GPU set's build, PyTorch {torch}"
 
 
 def test_a_changed_freeze_changes_the_colab_requirements(tmp_path):
     (tmp_path / "colab").mkdir()
     (tmp_path / "pyproject.toml").write_text((ck.ROOT / "pyproject.toml").read_text())
-    freeze = (
-        (ck.ROOT / sync_pins.FREEZE).read_text().replace("\nkeras==3.13.2\n", "\nkeras==3.99.0\n")
-    )
-    (tmp_path / sync_pins.FREEZE).write_text(freeze.replace("(2026-08-19,", "(2027-01-02,"))
-    outputs = sync_pins.outputs(tmp_path)
+    freeze = (ck.ROOT / pins.FREEZE).read_text().replace("\nkeras==3.13.2\n", "\nkeras==3.99.0\n")
+    (tmp_path / pins.FREEZE).write_text(freeze.replace("(2026-08-19,", "(2027-01-02,"))
+    outputs = pins.outputs(tmp_path)
     assert "\nkeras==3.99.0\n" in outputs[tmp_path / "colab" / "requirements.txt"]
     assert "2027-01-02" in outputs[tmp_path / "colab" / "constraints.txt"]
-    (tmp_path / sync_pins.FREEZE).write_text(freeze.replace("\ntraitlets==", "\nnot-traitlets=="))
+    (tmp_path / pins.FREEZE).write_text(freeze.replace("\ntraitlets==", "\nnot-traitlets=="))
     with pytest.raises(ValueError, match="lists no traitlets"):
-        sync_pins.outputs(tmp_path)
+        pins.outputs(tmp_path)
 
 
-def test_cuda_major_reads_the_names_nvidia_and_pytorch_use():
-    assert (
-        sync_pins.cuda_major("nvidia-cudnn-cu12") == 12
-        and sync_pins.cuda_major("nvidia_nccl_cu13") == 13
-    )
-    assert (
-        sync_pins.cuda_major("nvidia-dali-cuda120") == 12
-        and sync_pins.cuda_major("nvidia-dali-cuda130") == 13
-    )
-    assert (
-        sync_pins.cuda_major("torch", "torch==2.14.1+cu128") == 12
-        and sync_pins.cuda_major("torch", "2.14.1") is None
-    )
-    # CUDA 13's wheels drop the suffix
-    assert sync_pins.cuda_major("nvidia-cublas", "13.1.1.3") == 13
-    assert sync_pins.cuda_major("nvidia-ml-py") is None and sync_pins.cuda_major("numpy") is None
+@pytest.mark.parametrize(
+    "requirement, name",
+    [
+        ("Jupyter_Client==8.6.3", "jupyter-client"),
+        ("tensorflow[and-cuda]==2.20.0; sys_platform == 'linux'", "tensorflow"),
+        ("nvidia-dali-cuda120==2.4.0; sys_platform == 'linux'", "nvidia-dali-cuda120"),
+        ("zope.interface>=6", "zope-interface"),
+        ("gpucourse @ git+https://github.com/gpus-for-ml/gpus-for-ml", "gpucourse"),
+        ("numpy", "numpy"),
+    ],
+)
+def test_package_name_is_the_normalized_name(requirement, name):
+    assert pins.package_name(requirement) == name
 
 
 def pypi_reachable() -> bool:
@@ -245,9 +258,7 @@ def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
     packages of one CUDA major."""
     if not pypi_reachable():
         pytest.skip("PyPI is not reachable from here")
-    pins = [
-        p for p in sync_pins.gpu_pins() if sync_pins.package_name(p) not in {"torch", "torchvision"}
-    ]
+    wanted = [p for p in pins.gpu_pins() if pins.package_name(p) not in {"torch", "torchvision"}]
     report = tmp_path / "report.json"
     result = subprocess.run(
         [
@@ -260,11 +271,11 @@ def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
             "--quiet",
             "--only-binary=:all:",
             "--python-version",
-            sync_pins.PYTHON,
+            pins.PYTHON_VERSION,
             "--report",
             str(report),
             *[f"--platform=manylinux{tag}_x86_64" for tag in ("_2_28", "_2_27", "_2_17", "2014")],
-            *pins,
+            *wanted,
         ],
         capture_output=True,
         text=True,
@@ -275,7 +286,7 @@ def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
         i["metadata"]["name"].lower(): i["metadata"]["version"]
         for i in json.loads(report.read_text())["install"]
     }
-    nvidia = {name: sync_pins.cuda_major(name, version) for name, version in installed.items()}
+    nvidia = {name: cuda_major(name, version) for name, version in installed.items()}
     nvidia = {name: major for name, major in nvidia.items() if major}
     assert "nvidia-cudnn-cu12" in nvidia, "tensorflow[and-cuda] brings TensorFlow's CUDA libraries"
     assert set(nvidia.values()) == {12}, f"mixed CUDA majors: {nvidia}"
@@ -286,22 +297,23 @@ def test_a_changed_pin_changes_the_derived_files(tmp_path):
     pin = next(p for p in PROJECT["optional-dependencies"]["course"] if p.startswith("tqdm=="))
     (tmp_path / "pyproject.toml").write_text(pyproject.replace(pin, "tqdm==0.0.0"))
     (tmp_path / "colab").mkdir()
-    (tmp_path / sync_pins.FREEZE).write_text((ck.ROOT / sync_pins.FREEZE).read_text())
-    outputs = sync_pins.outputs(tmp_path)
+    (tmp_path / pins.FREEZE).write_text((ck.ROOT / pins.FREEZE).read_text())
+    outputs = pins.outputs(tmp_path)
     assert '"tqdm==0.0.0"' in outputs[tmp_path / "environment.yml"]
     assert "tqdm==0.0.0" in outputs[tmp_path / "binder" / "requirements.txt"]
 
 
-# ------------------------------------------------ `make` picks the set (faked nvidia-smi, scratch
-# .venv, no pip)
+# ---------------------------- `make` picks the set (a faked nvidia-smi, a scratch .venv, no pip)
 FAKE_PYTHON = """#!{python}
-# `python -m venv DIR` makes a .venv whose python logs `-m pip ...` instead of installing; other calls run for real.
+# `python -m venv DIR` makes a .venv whose python logs `-m pip ...` instead of installing;
+# other calls run for real.
 import os, sys
 venv = sys.argv[3]
 os.makedirs(venv + "/bin", exist_ok=True)
 open(venv + "/pyvenv.cfg", "w").write("home = fake\\n")
 with open(venv + "/bin/python", "w") as out:
-    out.write("#!/bin/sh\\nif [ \\"$1 $2\\" = '-m pip' ]; then echo \\"$*\\" >> {venv}/pip.log; exit 0; fi\\n"
+    out.write("#!/bin/sh\\nif [ \\"$1 $2\\" = '-m pip' ]; "
+              "then echo \\"$*\\" >> {venv}/pip.log; exit 0; fi\\n"
               "exec {python} \\"$@\\"\\n".format(venv=os.path.abspath(venv), python=sys.executable))
 os.chmod(venv + "/bin/python", 0o755)
 """

@@ -28,16 +28,15 @@ import textwrap
 
 import coursekit as ck
 import pytest
+from coursetools import colab_set
 
-# Stands in for the kernel: fakes Colab, hides gpucourse until pip ran, stubs pip, then runs the
-# cell.
+# Stands in for the kernel: hides gpucourse until pip ran, stubs pip, runs the cell; on Colab it
+# starts with the course's stand-in Colab (coursetools.colab_set.FAKE_COLAB).
 DRIVER = textwrap.dedent(
     r"""
-    import importlib.abc, json, subprocess, sys, types
-    colab, hide, root, report, cell = sys.argv[1] == "colab", sys.argv[2] == "hide", sys.argv[3], sys.argv[4], sys.argv[5]
-    if colab:
-        sys.modules["google"] = types.ModuleType("google")
-        sys.modules["google.colab"] = types.ModuleType("google.colab")
+    import importlib.abc, json, subprocess, sys
+    hide = sys.argv[1] == "hide"
+    root, report, cell = sys.argv[2:5]
 
     class NotInstalledYet(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -51,14 +50,15 @@ DRIVER = textwrap.dedent(
 
     def run(args, *more, **kwargs):
         if list(args[:3]) == [sys.executable, "-m", "pip"]:
-            calls.append({"args": [str(a) for a in args[3:]], "gpucourse_imported": "gpucourse" in sys.modules})
+            imported = "gpucourse" in sys.modules
+            calls.append({"args": [str(a) for a in args[3:]], "gpucourse_imported": imported})
             url = __import__("re").compile(r"git\+https://\S+")
-            # Resolve the helper from this checkout; other requirements (DALI) are checked by name only, so the
-            # dry run needs neither the network nor DALI installed here.
+            # Resolve the helper from this checkout; other requirements (DALI) are checked by name
+            # only, so the dry run needs neither the network nor DALI installed here.
             local = [url.sub("file://" + root, str(a)) for a in args[3:]]
             local = [a for a in local if a.startswith("-") or a == "install" or "file://" in a]
-            result = real_run([sys.executable, "-m", "pip", *local, "--dry-run", "--no-index", "--no-build-isolation",
-                               "--report", report], *more, **kwargs)
+            dry = ["--dry-run", "--no-index", "--no-build-isolation", "--report", report]
+            result = real_run([sys.executable, "-m", "pip", *local, *dry], *more, **kwargs)
             if blocker in sys.meta_path:
                 sys.meta_path.remove(blocker)  # "installed"
             return result
@@ -107,8 +107,7 @@ def run_cell(
         [
             sys.executable,
             "-c",
-            DRIVER,
-            "colab" if colab else "local",
+            colab_set.FAKE_COLAB + DRIVER if colab else DRIVER,
             "hide" if hide else "show",
             str(ck.ROOT),
             str(report),

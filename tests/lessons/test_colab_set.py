@@ -1,8 +1,8 @@
 """The Colab set: every lesson runs on Colab's versions, with gpucourse installed the way Colab's
 set-up cell does it.
 
-`make test` first builds .venv-colab (tools/colab_set.py): colab/requirements.txt, which `make pins`
-derives from Colab's own package list (colab/pip-freeze.gpu.txt), then gpucourse from this
+`make test` first builds .venv-colab (coursetools.colab_set): colab/requirements.txt, which `make
+pins` derives from Colab's own package list (colab/pip-freeze.gpu.txt), then gpucourse from this
 repository as a local git URL, installed by the lessons' set-up cells themselves, run for real on a
 stand-in Colab. Here:
 
@@ -13,8 +13,8 @@ stand-in Colab. Here:
   attach one;
 - the doctor, run there as on Colab, points at no fix that only applies to the course's own `.venv`.
 
-Outside `make`, these tests skip while .venv-colab is absent (`python tools/colab_set.py` builds
-it).
+Outside `make`, these tests skip while .venv-colab is absent (`python -m coursetools.colab_set`
+builds it).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import coursekit as ck
 import pytest
-from coursetools import colab_set
-from coursetools import pins as sync_pins
+from coursetools import colab_set, pins
 
 VENV = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ck.ROOT / ".venv-colab")
 PYTHON = VENV / "bin" / "python"
@@ -47,15 +46,14 @@ def missing() -> str:
 
 WHY = missing()
 needs_env = pytest.mark.skipif(
-    bool(WHY), reason=f"{WHY}: `make test` builds it (or `python tools/colab_set.py`)"
+    bool(WHY), reason=f"{WHY}: `make test` builds it (or `python -m coursetools.colab_set`)"
 )
 
 
 def colab_env() -> dict[str, str]:
     # No PYTHONWARNINGS, as on Colab: there Colab's own jupyter_client 7.4 warns of utcnow() on
-    # Python 3.13 in the
-    # kernel, which would land in whichever cell runs then (tests/test_nbval.py shows the lessons'
-    # deprecations).
+    # Python 3.13 in the kernel, which would land in whichever cell runs then
+    # (tests/lessons/test_nbval.py shows the lessons' deprecations).
     drop = {"GPUCOURSE_REQUIRE_GPU", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONWARNINGS"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     # torchrun and friends are the Colab set's
@@ -96,15 +94,13 @@ def test_what_the_set_up_cells_add_on_colab_is_in_the_colab_set():
     version the cell names."""
     import re
 
-    pins = {
-        sync_pins.package_name(pin): pin.split(";")[0].strip() for pin in sync_pins.colab_pins()
-    }
+    wanted = {pins.package_name(pin): pin.split(";")[0].strip() for pin in pins.colab_pins()}
     for source, lessons in colab_set.setup_cells().items():
         added = re.findall(r'"([A-Za-z0-9_.-]+==[^"]+)"', source)
         for requirement in added:
-            assert pins.get(sync_pins.package_name(requirement)) == requirement, (
+            assert wanted.get(pins.package_name(requirement)) == requirement, (
                 f"the set-up cell of {lessons} installs {requirement}; colab/requirements.txt has "
-                f"{pins.get(sync_pins.package_name(requirement))}"
+                f"{wanted.get(pins.package_name(requirement))}"
             )
 
 
@@ -123,13 +119,13 @@ def test_the_colab_set_has_colabs_versions():
         "sys.version_info[:2], "
         "**{n: m.version(n) for n in sys.argv[1:]}}))"
     )
-    names = sync_pins.LESSON_LIBRARIES + sync_pins.COLAB_KERNEL
+    names = pins.LESSON_LIBRARIES + pins.COLAB_KERNEL
     result = subprocess.run(
         [str(PYTHON), "-c", code, *names], capture_output=True, text=True, env=colab_env()
     )
-    versions, colab = json.loads(result.stdout), sync_pins.freeze()
+    versions, colab = json.loads(result.stdout), pins.freeze()
     for name in names:
-        assert versions[name] == sync_pins.public(colab[sync_pins.normalized(name)]), (
+        assert versions[name] == pins.public(colab[pins.package_name(name)]), (
             f"{name}: make test rebuilds it"
         )
 
@@ -174,11 +170,7 @@ def test_the_set_up_cells_installed_gpucourse_from_the_repository_as_on_colab():
 @needs_env
 def test_the_doctor_on_colab_points_at_no_fix_for_the_course_venv():
     """On Colab there is no `.venv` and no `make`: the doctor must not send learners there."""
-    driver = (
-        "import sys, types, google; google.colab = sys.modules['google.colab'] = "
-        "types.ModuleType('google.colab'); "
-        "from gpucourse.__main__ import main; main(['doctor'])"
-    )
+    driver = colab_set.FAKE_COLAB + "from gpucourse.__main__ import main; main(['doctor'])"
     result = subprocess.run(
         [str(PYTHON), "-c", driver],
         capture_output=True,

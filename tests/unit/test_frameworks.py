@@ -109,8 +109,9 @@ if tf is None:
     sys.exit(print(json.dumps(None)))
 first = float(tf.random.uniform(()))
 gpucourse.set_seed(5)
-report = {"seeded": first == float(tf.random.uniform(())), "gpus": len(tf.config.list_physical_devices("GPU")),
-          "growth": [tf.config.experimental.get_memory_growth(g) for g in tf.config.list_physical_devices("GPU")],
+gpus = tf.config.list_physical_devices("GPU")
+report = {"seeded": first == float(tf.random.uniform(())), "gpus": len(gpus),
+          "growth": [tf.config.experimental.get_memory_growth(g) for g in gpus],
           "driver": frameworks.nvidia_driver_present()}
 os.environ["GPUCOURSE_REQUIRE_GPU"] = "1"
 for installed in ("cpu", "gpu"):
@@ -120,7 +121,8 @@ for installed in ("cpu", "gpu"):
             report[installed] = [gpucourse.import_tensorflow() is None, said.getvalue()]
         except RuntimeError as error:
             report[installed] = ["raised", str(error)]
-import torchvision  # noqa: F401  (Triton, loaded by torchvision, segfaults after TensorFlow unless loaded first)
+# Triton, loaded by torchvision, segfaults after TensorFlow unless loaded first
+import torchvision  # noqa: F401
 print(json.dumps(report))
 """
 

@@ -48,12 +48,14 @@ parser.parse_args()
 """
 SILENT = """
 import os, signal
-os.kill(os.getpid(), signal.SIGKILL)  # dies before printing anything, as the kernel's out-of-memory killer would make it
+# dies before printing anything, as the kernel's out-of-memory killer would make it
+os.kill(os.getpid(), signal.SIGKILL)
 """
 HANG = """
 import os, pathlib, signal, sys, time
 if os.environ["RANK"] == "1":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank that SIGTERM cannot stop: torchrun must SIGKILL it
+    # a rank that SIGTERM cannot stop: torchrun must SIGKILL it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(str(os.getpid()))
 print("sleeping", flush=True)
 time.sleep(600)
@@ -113,8 +115,8 @@ Root Cause (first observed failure):
     assert message.endswith("    ValueError: boom")
 
 
-# torch 2.11's torchrun (Colab's) has no --log-line-prefix-template option and ran it as the script:
-# what it printed
+# What torch 2.11's torchrun (Colab's) printed: it has no --log-line-prefix-template option and ran
+# it as the script (verbatim, so one line is longer than the code's limit)
 TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]:
 [default0]:usage: /usr/bin/python3 [option] ... [-c cmd | -m mod | file | -] [arg] ...
 E1125 00:02:36.756000 9179 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 2) local_rank: 0
@@ -125,7 +127,7 @@ Root Cause (first observed failure):
 [0]:
   rank      : 0 (local_rank: 0)
   exitcode  : 2 (pid: 9530)
-============================================================"""
+============================================================"""  # noqa: E501
 # The options of torchrun in torch 2.11.0, the oldest the course supports (torch/distributed/run.py,
 # get_args_parser)
 TORCH_2_11_OPTIONS = {

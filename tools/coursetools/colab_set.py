@@ -1,7 +1,7 @@
 """The Colab set's environment, .venv-colab: Colab's versions of what the lessons use, gpucourse as
 Colab gets it.
 
-    python tools/colab_set.py [--venv .venv-colab] [--python PYTHON]
+    python -m coursetools.colab_set [--venv .venv-colab] [--python PYTHON]
 
 `make test` runs this before the tests; it does only what is out of date:
 
@@ -13,7 +13,7 @@ Colab gets it.
    pyproject.toml names replaced by this checkout as a local git URL, so the cell's own ``pip
    install`` line is what installs gpucourse (from the checkout's last commit, never from its
    folder: uncommitted changes are not in it). Done again when the commit changes. What each cell
-   did is kept in the venv's setup-cells.json, which tests/test_colab_set.py checks.
+   did is kept in the venv's setup-cells.json, which tests/lessons/test_colab_set.py checks.
 
 Python: Colab runs 3.13. The first that runs of --python, $COLAB_PYTHON, `python3.13`, pyenv's 3.13;
 else the Python running this script (with a line saying so).
@@ -44,18 +44,28 @@ STAMP = ".colab-set-installed"  # in the venv: the hash of what it was built fro
 RECORD = "setup-cells.json"  # in the venv: what each set-up cell did
 COLAB_PYTHON = (3, 13)
 
-# Runs one set-up cell as Colab's kernel would: google.colab importable, no GPU attached.
-DRIVER = r"""
-import json, sys, types
-try:  # the stand-in joins the real `google` namespace package (protobuf's google.protobuf must stay importable)
+# The stand-in Colab, the course's one (tests/lessons use it too): code that runs after it finds
+# google.colab imported, as in Colab's kernel. It joins the real `google` namespace package, so
+# protobuf's google.protobuf stays importable.
+FAKE_COLAB = r"""
+import sys, types
+try:
     import google
 except ImportError:
     google = sys.modules["google"] = types.ModuleType("google")
 google.colab = sys.modules["google.colab"] = types.ModuleType("google.colab")
+"""
+# Runs one set-up cell (its source on stdin) as Colab's kernel would; no GPU attached (the caller
+# sets CUDA_VISIBLE_DEVICES="").
+DRIVER = (
+    FAKE_COLAB
+    + r"""
+import json
 namespace = {"__name__": "__main__"}
 exec(compile(sys.stdin.read(), "<set-up cell>", "exec"), namespace)
 print("@@DEVICE@@" + str(namespace.get("device")))
 """
+)
 
 
 def say(text: str) -> None:

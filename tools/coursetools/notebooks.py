@@ -1,7 +1,7 @@
 """Regenerate the student notebooks in notebooks/ from solutions/ with nbgrader.
 
-    python tools/make_notebooks.py                  # regenerate notebooks/ (make notebooks)
-    python tools/make_notebooks.py --refresh-checked  # re-run solutions, store checked outputs
+    python -m coursetools.notebooks                  # regenerate notebooks/ (make notebooks)
+    python -m coursetools.notebooks --refresh-checked  # re-run solutions, store checked outputs
 
 solutions/ is the single source of truth; notebooks/ is never edited by hand.
 Generation runs `nbgrader generate_assignment` in a scratch copy of the

@@ -43,8 +43,7 @@ def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None
     first = entries[0]
     kind = first[:4].upper()
     if visible is None or not uuids or kind == "MIG-" or (kind == "GPU-" and not all(uuids)):
-        # no driver, a MIG instance (not in NVML's list of whole GPUs) or unknown UUIDs: nothing to
-        # check
+        # no driver, a MIG instance (not in NVML's list of whole GPUs) or unknown UUIDs: no check
         return None
     matches = [uuid for uuid in uuids if uuid.lower().startswith(first.lower())]
     if kind == "GPU-" and len(matches) != 1:

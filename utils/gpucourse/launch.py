@@ -212,8 +212,7 @@ def torchrun(
                 )
                 readers.append(threading.Thread(target=follow, args=(i, agents[i]), daemon=True))
                 readers[i].start()
-            # until every agent has ended, one has failed (the others are stopped below) or time
-            # is up
+            # until every agent has ended, one failed (the others are stopped below) or time is up
             while True:
                 codes = [agent.poll() for agent in agents]
                 running = None in codes and not any(codes)
@@ -223,8 +222,7 @@ def torchrun(
             result.timed_out = running
         finally:
             for agent in agents:
-                # SIGTERM (a no-op on an agent that has ended): torchrun stops its workers' process
-                # groups
+                # SIGTERM (a no-op on an agent that has ended): torchrun stops its workers' groups
                 agent.terminate()
             deadline = time.monotonic() + _GRACE
             while time.monotonic() < deadline and any(a.poll() is None for a in agents):
