@@ -30,9 +30,35 @@ def test_falls_back_to_cpu_and_says_why(no_cuda, capsys):
 
 
 def test_fallback_on_colab_says_how_to_get_a_gpu(no_cuda, monkeypatch, capsys):
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     monkeypatch.setitem(__import__("sys").modules, "google.colab", object())
     gpucourse.choose_device()
     assert "Runtime > Change runtime type" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "module, variables, colab",
+    [
+        (False, {}, False),
+        (True, {}, True),  # Colab's kernel
+        (False, {"COLAB_RELEASE_TAG": "release-colab_20260819"}, True),  # `!python -m ...` there
+        # Kaggle's image is built on Colab's: its variable, and Kaggle's own
+        (False, {"COLAB_RELEASE_TAG": "x", "KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, False),
+    ],
+)
+def test_on_colab_is_the_one_colab_test(monkeypatch, module, variables, colab):
+    """choose_device, device_facts and the doctor all ask gpucourse.device.on_colab()."""
+    from gpucourse import device
+
+    monkeypatch.delitem(__import__("sys").modules, "google.colab", raising=False)
+    for name in ("COLAB_RELEASE_TAG", "KAGGLE_KERNEL_RUN_TYPE"):
+        monkeypatch.delenv(name, raising=False)
+    if module:
+        monkeypatch.setitem(__import__("sys").modules, "google.colab", object())
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert device.on_colab() is colab
+    assert device.device_facts("cpu").colab is colab
 
 
 @pytest.mark.parametrize("value", ["1", "true", "yes"])
