@@ -1,0 +1,211 @@
+"""Lesson 09's referee on a CPU: the cells its tests and class table judge with, from the solution.
+
+The definitions (`spy`, `Watch`, `BatchLog`, the read detectors, the tests' `check_settings` and
+`first_difference`) are compiled from the solution notebook's own cells, so these tests pin the
+code learners are graded by. What only a GPU does is faked: `torch.cuda.set_sync_debug_mode` and a
+synchronizing call that issues PyTorch's warning from C (a `functools.partial` of `warnings.warn`
+has no Python frame, so the warning is attributed to its caller's line, as PyTorch's is).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+import warnings
+
+import coursekit as ck
+import pytest
+import torch
+
+import gpucourse
+from gpucourse.device import DeviceFacts
+
+LESSON = "09_make_it_fast"
+SYNC = (
+    "called a synchronizing CUDA operation"  # PyTorch's warning under set_sync_debug_mode("warn")
+)
+
+
+def cell(grade_id: str) -> str:
+    (found,) = [
+        c.source
+        for c in ck.read(ck.solution_path(LESSON)).cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    ]
+    return found
+
+
+def definitions(grade_id: str, namespace: dict, *names: str) -> dict:
+    """Compile only the named top-level functions and classes of a cell (no statement runs) into
+    `namespace`, a notebook's __main__."""
+    tree = ast.parse(cell(grade_id))
+    keep = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name in names
+    ]
+    assert {n.name for n in keep} == set(names), f"{grade_id} defines {[n.name for n in keep]}"
+    exec(compile(ast.Module(keep, type_ignores=[]), f"<{grade_id}>", "exec"), namespace)
+    return namespace
+
+
+def notebook(device: str = "cpu") -> dict:
+    """A __main__ namespace holding the lesson's referee cells, on `device`."""
+    namespace = {"__name__": "__main__", "torch": torch, "gpucourse": gpucourse, "sys": sys}
+    namespace["DeviceFacts"] = DeviceFacts
+    exec(cell("imports"), namespace)
+    namespace["device"] = torch.device(device)
+    for grade_id in ("reads", "reads_to_host", "mask_index", "spy", "watch", "batch_log"):
+        exec(cell(grade_id), namespace)
+    return namespace
+
+
+def run_as(module: str, source: str, namespace: dict):
+    """Run `source` as if it were a line of the module named `module` ("__main__": the notebook)."""
+    exec(compile(source, f"<{module}>", "exec"), {**namespace, "__name__": module})
+
+
+def test_the_referee_cells_are_locked():
+    locked = {
+        c.metadata.nbgrader.grade_id
+        for c in ck.read(ck.student_path(LESSON)).cells
+        if c.metadata.get("nbgrader", {}).get("locked")
+    }
+    referee = {
+        "slow_evaluate",
+        "slow_train",
+        "reads",
+        "spy",
+        "watch",
+        "timed",
+        "batch_log",
+        "baseline",
+    }
+    assert referee | {"decoded", "measure_speedup", "workload", "model_sizes", "data"} <= locked
+
+
+def test_the_measuring_cell_prints_the_line_the_class_table_reads():
+    source = cell("measure_speedup")
+    assert 'print(f"fast_train speed-up over the baseline: {speedup:.2f}x")' in source
+    assert (
+        source.count("print(") == 2
+        and "timed(slow_train" in source
+        and "timed(fast_train" in source
+    )
+
+
+def test_reads_to_host_and_mask_index():
+    nb = notebook()
+    on_cpu = torch.zeros(3)
+    assert nb["reads_to_host"](on_cpu, "cpu") and nb["reads_to_host"](on_cpu, device="cpu:0")
+    assert not nb["reads_to_host"](on_cpu, torch.device("cpu"))  # .to(device) on a CPU: no read
+    assert not nb["reads_to_host"](on_cpu, torch.float32) and not nb["reads_to_host"](on_cpu)
+    meta = torch.zeros(3, device="meta")  # a tensor elsewhere, copied to the CPU: a read
+    assert nb["reads_to_host"](meta, torch.device("cpu"))
+    mask = on_cpu > 0
+    assert nb["mask_index"](on_cpu, mask) and nb["mask_index"](on_cpu, (slice(None), mask))
+    assert not nb["mask_index"](on_cpu, torch.tensor([0, 1])) and not nb["mask_index"](on_cpu, 0)
+
+
+def test_watch_counts_hidden_reads_of_this_notebook_only():
+    nb = notebook()
+    with nb["Watch"]() as watch:
+        run_as(
+            "__main__",
+            "x = torch.arange(4.0)\nx[x > 1].sum()\nx.to('cpu')\nx.to(device)\n"
+            "float(x[0])\nx.tolist()",
+            nb,
+        )
+        run_as("torch.fake_library", "y = torch.arange(4.0)\ny.tolist()\ny[y > 1]\ny.item", nb)
+    assert (
+        watch.reads == 4
+    )  # mask, .to("cpu"), float(), .tolist(); not .to(device), not the library's
+    assert torch.Tensor.to is not None and "wrapper" not in torch.Tensor.tolist.__qualname__
+
+
+def test_watch_on_cuda_counts_synchronizations_and_tells_whose(monkeypatch):
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    sync = functools.partial(warnings.warn, SYNC)  # from C: the warning is the caller line's
+    monkeypatch.setattr(torch.cuda, "synchronize", sync)
+    nb = notebook("cuda")
+    nb["blocking_copy"] = sync
+    with pytest.warns(UserWarning, match="something else"), nb["Watch"]() as watch:
+        run_as("__main__", "torch.cuda.synchronize()\nblocking_copy()", nb)  # the notebook's own
+        run_as(
+            "torch.amp.fake_scaler", "torch.cuda.synchronize()\nblocking_copy()", nb
+        )  # PyTorch's
+        run_as("__main__", "warnings.warn('something else')", nb)  # shown, not counted
+    assert modes == ["warn", "default"]
+    assert (watch.syncs, watch.own_syncs, watch.reads) == (4, 2, 1)
+    assert torch.cuda.synchronize is sync  # the spy is gone
+
+
+def test_batch_log_records_each_pass_once_with_autograd_and_start():
+    nb = notebook()
+    torch.manual_seed(0)
+    model = gpucourse.SmallCNN(width=4)
+    images = torch.rand(5, 3, 32, 32)
+    with nb["BatchLog"]() as log:
+        model(images)
+        with torch.no_grad():
+            model(images[:2])
+    assert [grad for grad, _ in log.calls] == [True, False]
+    (training,) = log.training()
+    assert torch.allclose(training, images.double().flatten(1).sum(1))
+    start = torch.stack([p.double().sum() for p in model.parameters()])
+    assert torch.equal(log.start, start)
+    assert not torch.nn.modules.module._global_forward_pre_hooks  # removed on exit
+
+
+def test_batch_log_sees_a_compiled_model_once_per_pass():
+    nb = notebook()
+    model = torch.compile(gpucourse.SmallCNN(width=4), backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # compiling with global hooks on warns about them
+        with nb["BatchLog"]() as log:
+            for _ in range(3):
+                model(torch.rand(4, 3, 32, 32)).sum().backward()
+    assert len(log.training()) == 3 and all(len(sums) == 4 for sums in log.training())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"dtype": torch.float16, "scaler": True}, "fp32 or"),
+        ({"dtype": torch.bfloat16, "scaler": True}, "iff fp16"),
+        ({"num_workers": 99, "persistent_workers": True}, "num_workers()"),
+        ({"num_workers": 0, "persistent_workers": True}, "persistent iff workers"),
+    ],
+)
+def test_check_settings_fails_inconsistent_settings_on_a_cpu(change, message):
+    nb = definitions("test_fast_settings", notebook(), "check_settings", "fake_facts")
+    cpu = nb["fake_facts"]("cpu")
+    right = {"dtype": torch.float32, "scaler": False, "pin_memory": False, "non_blocking": False}
+    right |= {"num_workers": 0, "persistent_workers": False, "cudnn_benchmark": False}
+    nb["check_settings"](right, cpu)
+    nb["check_settings"]({**right, "dtype": torch.bfloat16}, cpu)  # lesson 04's type: also right
+    with pytest.raises(AssertionError, match=message):
+        nb["check_settings"]({**right, **change}, cpu)
+
+
+def test_check_settings_on_a_t4_wants_fp16_with_a_scaler_or_fp32_and_async_copies():
+    nb = definitions("test_fast_settings", notebook(), "check_settings", "fake_facts")
+    t4 = nb["fake_facts"]("cuda:0", (7, 5))
+    right = {"dtype": torch.float16, "scaler": True, "pin_memory": True, "non_blocking": True}
+    right |= {"num_workers": 0, "persistent_workers": False, "cudnn_benchmark": True}
+    nb["check_settings"](right, t4)
+    nb["check_settings"]({**right, "dtype": torch.float32, "scaler": False}, t4)
+    for wrong in ({"dtype": torch.bfloat16, "scaler": False}, {"non_blocking": False}):
+        with pytest.raises(AssertionError):
+            nb["check_settings"]({**right, **wrong}, t4)
+
+
+def test_first_difference_names_what_changed():
+    nb = definitions("test_fast_train", notebook(), "first_difference")
+    batches = [torch.arange(16.0) + 100 * step for step in range(4)]
+    assert nb["first_difference"](list(batches), batches) is None
+    assert nb["first_difference"]([b + 1e-4 for b in batches], batches) is None  # rounding
+    assert "batch size" in nb["first_difference"]([torch.arange(64.0)], batches)
+    assert "RandomSampler" in nb["first_difference"]([batches[1], batches[0]], batches)
+    assert "epochs" in nb["first_difference"](batches[:3], batches)
+    assert "no_grad" in nb["first_difference"](batches + [torch.ones(16)], batches)
