@@ -92,9 +92,8 @@ def _why(result: LaunchResult, timeout: float) -> str:
     if result.timed_out:
         return (
             f"{result.command} did not finish within {timeout:g} s; all its processes were "
-            "stopped. A timeout too short, or "
-            "ranks waiting in a collective another rank never reaches (NCCL gives up after 10 "
-            "minutes, gloo after 30)."
+            "stopped. A timeout too short, or ranks waiting in a collective another rank never "
+            "reaches (NCCL gives up after 10 minutes, gloo after 30)."
         )
     report = [text for source, text in result.lines if source.startswith("agent")]
     root = report[next((i for i, t in enumerate(report) if "Root Cause" in t), 0) :]
@@ -103,9 +102,9 @@ def _why(result: LaunchResult, timeout: float) -> str:
         (int(m[1]) for t in root if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", t))),
         result.returncode,
     )
-    how = (f"exit code {code}" if code >= 0 else f"killed by signal {-code}") + (
-        f": {c}" if (c := _CAUSES.get(code)) else ""
-    )
+    how = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    if code in _CAUSES:
+        how += f": {_CAUSES[code]}"
     if rank is None:  # e.g. torchrun rejected its own arguments
         return "\n".join(
             [f"{result.command} failed ({how}) before any rank reported an error:", *report[-20:]]
@@ -235,7 +234,8 @@ def torchrun(
             for reader in readers:
                 reader.join(timeout=_GRACE)  # the rest of each agent's output
             result.seconds = time.monotonic() - started
-    result.returncode = next((code for agent in agents if (code := agent.wait())), 0)
+    codes = [agent.wait() for agent in agents]
+    result.returncode = next((code for code in codes if code), 0)
     if result.returncode or result.timed_out:
         raise LaunchError(_why(result, timeout), result)
     return result
