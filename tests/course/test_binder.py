@@ -185,8 +185,7 @@ def test_binder_holds_only_the_pip_build():
     present = {p.name for p in BINDER.iterdir()}
     assert present & CONFIG_FILES == EXPECTED, (
         f"binder/ holds {sorted(present & CONFIG_FILES)}: repo2docker reads binder/ alone, and a "
-        "conda "
-        "environment.yml there would replace the pip requirements"
+        "conda environment.yml there would replace the pip requirements"
     )
     assert (ck.ROOT / "environment.yml").exists(), (
         "the GPU conda file stays at the top, where Binder ignores it"
@@ -240,8 +239,7 @@ def test_every_import_is_on_binder(lesson):
         if through:
             assert guarded, (
                 f"{lesson}: `{line}`: get the module with {through} (None, with a sentence, when "
-                "it is missing) "
-                "and import from it only under `if <that name> is not None:`"
+                "it is missing) and import from it only under `if <that name> is not None:`"
             )
             continue
         top = module.split(".")[0]

@@ -116,8 +116,7 @@ def installed(code: str) -> str:
 def test_the_colab_set_has_colabs_versions():
     code = (
         "import importlib.metadata as m, json, sys; print(json.dumps({'python': '%d.%d' % "
-        "sys.version_info[:2], "
-        "**{n: m.version(n) for n in sys.argv[1:]}}))"
+        "sys.version_info[:2], **{n: m.version(n) for n in sys.argv[1:]}}))"
     )
     names = pins.LESSON_LIBRARIES + pins.COLAB_KERNEL
     result = subprocess.run(

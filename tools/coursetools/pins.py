@@ -145,8 +145,7 @@ def unpublished(pins: list[str], index: str, root: Path = ROOT) -> list[str]:
     if not vision_version.startswith(release["torchvision"] + ".") or vision_build != build:
         problems.append(
             f"torchvision {found.get('torchvision')} is not the {release['torchvision']}.x {build} "
-            "build "
-            f"that pairs with torch {torch_version}+{build}"
+            f"build that pairs with torch {torch_version}+{build}"
         )
     if index.rstrip("/").rsplit("/", 1)[-1] != build:
         problems.append(f"the index {index} is not PyTorch's {build} index")

@@ -50,8 +50,7 @@ def visible_devices_problem(visible: str | None, uuids: list[str]) -> str | None
         return (
             f"CUDA_VISIBLE_DEVICES={visible!r}: {first} "
             f"{'is ambiguous among' if matches else 'matches none of'} this "
-            f"machine's GPUs ({', '.join(uuids)}), so none is visible; `nvidia-smi -L` lists "
-            "them"
+            f"machine's GPUs ({', '.join(uuids)}), so none is visible; `nvidia-smi -L` lists them"
         )
     if kind != "GPU-" and (not first.isdigit() or int(first) >= len(uuids)):
         return (

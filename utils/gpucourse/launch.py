@@ -72,8 +72,7 @@ def _check(script, nproc_per_node, nnodes, timeout) -> Path:
     except SyntaxError as error:
         raise LaunchError(
             f"{path.name} has a syntax error (line {error.lineno}): {error.msg}\n    "
-            f"{(error.text or '').rstrip()}\nNothing was launched: fix the script "
-            "and run again."
+            f"{(error.text or '').rstrip()}\nNothing was launched: fix the script and run again."
         ) from None
     for name, value, kind in (
         ("nproc_per_node", nproc_per_node, int),
