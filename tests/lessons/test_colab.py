@@ -79,16 +79,7 @@ FRAMEWORKS = {"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-cp
 MAY_INSTALL = re.compile(r"gpucourse|nvidia-dali-cuda\d+|nvidia-dali-tf-plugin-cuda\d+")
 
 
-def setup_cells() -> dict[str, list[str]]:
-    """Each distinct set-up cell (the first code cell of a solution) -> the lessons that use it."""
-    found: dict[str, list[str]] = {}
-    for lesson in ck.lessons():
-        cell = next(c for c in ck.read(ck.solution_path(lesson)).cells if c.cell_type == "code")
-        found.setdefault(cell.source, []).append(lesson)
-    return found
-
-
-CELLS = setup_cells()
+CELLS = colab_set.setup_cells()  # the set-up cell of each lesson, as the Colab set runs them
 IDS = [
     "+".join(lessons) if len(lessons) < 3 else f"{lessons[0]}-and-{len(lessons) - 1}-more"
     for lessons in CELLS.values()
