@@ -146,8 +146,9 @@ def probe_nvidia_packages() -> dict:
     packages = {}
     owners = {}
     for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        if re.match(r"nvidia[-_]", name) and not re.match(r"nvidia[-_]ml[-_]py", name):
+        # PEP 503's spelling, as coursetools.pins.package_name writes it (learners lack the tools)
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-") and not name.startswith("nvidia-ml-py"):
             files = [str(f) for f in dist.files or [] if str(f).startswith("nvidia/")]
             packages[name] = cuda_major(name, dist.version, files)
             for path in files:
