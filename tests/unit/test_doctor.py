@@ -392,6 +392,26 @@ def test_probe_nvidia_packages_reads_this_environment():
     assert not probed["clashes"], "the CPU set has no file owned twice"
 
 
+def test_probe_nvidia_packages_on_faked_wheels(monkeypatch):
+    """Any spelling of a name, the CUDA major of each, and a library file two wheels write."""
+
+    def wheel(name, version, *files):
+        return types.SimpleNamespace(metadata={"Name": name}, version=version, files=list(files))
+
+    wheels = [
+        wheel("nvidia_cudnn_cu12", "9.10.2.21", "nvidia/cudnn/lib/libcudnn.so.9"),
+        wheel("nvidia-cudnn-cu13", "9.24.0.43", "nvidia/cudnn/lib/libcudnn.so.9"),
+        wheel("nvidia-cublas", "13.1.1.3", "nvidia/cu13/lib/libcublas.so.13"),
+        wheel("nvidia-ml-py", "13.615.71", "pynvml.py"),
+        wheel("numpy", "2.4.6", "numpy/__init__.py"),
+    ]
+    monkeypatch.setattr(doctor.importlib.metadata, "distributions", lambda: wheels)
+    assert doctor.probe_nvidia_packages() == {
+        "packages": {"nvidia-cudnn-cu12": 12, "nvidia-cudnn-cu13": 13, "nvidia-cublas": 13},
+        "clashes": {"nvidia/cudnn/lib/libcudnn.so.9": ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]},
+    }
+
+
 def test_probe_driver_reads_nvml(monkeypatch):
     """The driver probe on a faked NVML (nvidia-ml-py >= 12 decodes its strings): what a GPU machine
     reports."""
