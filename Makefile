@@ -127,7 +127,7 @@ test: $(STAMP) colab-set
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
 
-# The GPU runner (tools/coursetools/gpurun.py). The quick CUDA check needs only the standard library, so a machine
+# The GPU runner (tools/coursetools/gpurun/, docs/gpu-runner.md). The quick CUDA check needs only the standard library, so a machine
 # without a usable GPU stops here at once, before any set-up. Options: make test-gpu GPU_ARGS="04_mixed_precision"
 # ENV=system (python3) or PYTHON=/path/to/python on the command line: that Python's environment, which has a CUDA
 # PyTorch (an NGC container, a cluster's module), found on PATH as it was before .venv/bin came first; --setup adds
@@ -147,11 +147,20 @@ else
 	$(BIN)/python -m coursetools.gpurun $(GPU_ARGS)
 endif
 
-# The wheels `make test-gpu ENV=system` adds (the suite's small packages, nbval's kernel stack, nbgrader; no
-# framework), binary only, for the GPU machine's Python and platform: run online, then copy the folder there.
+# The wheels `make test-gpu ENV=system` adds (the suite's small packages, nbval's kernel stack, nbgrader without its
+# user interface; no framework), binary only, for the GPU machine's Python and platform, less what HAVE (its
+# `pip freeze`, or names one a line) lists: run online, then copy the folder there.
 wheelhouse:
-	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
-	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
+	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64] [HAVE=freeze.txt]"; exit 2; }
+	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(HAVE),--have $(HAVE))
+
+# The GPU kit: one folder to carry to a GPU machine without internet (the project, the wheels it lacks, gpu-kit.sh),
+# at most 48 MiB for ../shared/gpu-machine/packages.txt; it prints the one command to run there.
+.PHONY: gpu-kit
+KIT ?= gpu-kit
+gpu-kit:
+	@test -n "$(HAVE)" || { echo "usage: make gpu-kit HAVE=freeze.txt [KIT=dir] [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
+	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --kit $(KIT) --have $(HAVE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 doctor: $(STAMP)
 	@$(BIN)/python -m gpucourse doctor

@@ -5,7 +5,10 @@ Every test here is marked `gpu`: CPU runs deselect them (`-m "not gpu"`) and
 without a usable GPU is an error, never a skip. The `autograde` ones are its
 grading run: every lesson's solution, untouched notebook and wrong-answer
 fixtures autograded on the GPU, in the sandbox where bubblewrap can make one,
-held to the scores `tests/test_grading.py` expects on a CPU.
+held to the scores `tests/grading/test_grading.py` expects on a CPU. The small
+assignment's autograde needs no GPU: it proves the grading stack the runner
+installed (nbgrader without its user interface) before the lessons' grading,
+and it is what a CPU rehearsal of the runner grades.
 """
 
 from __future__ import annotations
@@ -80,10 +83,14 @@ def test_peak_memory_matches_the_allocator(cuda):
         small = torch.empty(64 * MiB, dtype=torch.uint8, device=cuda)
         del big, small
 
-    kept = torch.empty(32 * MiB, dtype=torch.uint8, device=cuda)  # allocated before: not part of the peak
+    kept = torch.empty(
+        32 * MiB, dtype=torch.uint8, device=cuda
+    )  # allocated before: not part of the peak
     before = torch.cuda.memory_allocated(cuda)
     assert memory.peak_memory(step, cuda, model=model) == 320 * MiB
-    assert before - torch.cuda.memory_allocated(cuda) == sum(p.nbytes for p in model.parameters()), "gradients dropped"
+    assert before - torch.cuda.memory_allocated(cuda) == sum(
+        p.nbytes for p in model.parameters()
+    ), "gradients dropped"
     assert torch.cuda.max_memory_allocated(cuda) - torch.cuda.memory_allocated(cuda) == 320 * MiB
     del kept
 
@@ -99,8 +106,12 @@ def test_saved_tensor_meter_matches_the_allocator(cuda):
         out = model(x)
     torch.cuda.synchronize(cuda)
     grown = torch.cuda.memory_allocated(cuda) - before
-    assert meter.live == 4096 * 4096 * 4, "the ReLU output, saved once for ReLU and the second Linear"
-    assert grown == pytest.approx(meter.live + out.numel() * 4, abs=MiB), "what autograd keeps, plus the output"
+    assert meter.live == 4096 * 4096 * 4, (
+        "the ReLU output, saved once for ReLU and the second Linear"
+    )
+    assert grown == pytest.approx(meter.live + out.numel() * 4, abs=MiB), (
+        "what autograd keeps, plus the output"
+    )
     del out
 
 
@@ -123,7 +134,17 @@ def test_the_memory_cap_limits_reserved_memory_and_recovery_returns_to_baseline(
             torch.empty(2 * GiB, dtype=torch.uint8, device=cuda)
         del fits
         largest = 0
-        for batch_size in (4, 8, 16, 32, 64, 128, 256, 512, 1024):  # double until the cap refuses (lesson 07's finder)
+        for batch_size in (
+            4,
+            8,
+            16,
+            32,
+            64,
+            128,
+            256,
+            512,
+            1024,
+        ):  # double until the cap refuses (lesson 07's finder)
             try:
                 try_batch(batch_size)
             except torch.OutOfMemoryError:
@@ -131,35 +152,49 @@ def test_the_memory_cap_limits_reserved_memory_and_recovery_returns_to_baseline(
             largest = batch_size
         gc.collect()
         torch.cuda.empty_cache()
-        assert batch_size > largest and largest * 16 * MiB <= cap, f"an OOM after batch {largest}, under the cap"
+        assert batch_size > largest and largest * 16 * MiB <= cap, (
+            f"an OOM after batch {largest}, under the cap"
+        )
         assert largest >= 32, f"about {cap // (16 * MiB)} batches fit under the cap, {largest} did"
-        assert torch.cuda.max_memory_reserved(cuda) <= cap, "the cap bounds what the allocator reserves"
+        assert torch.cuda.max_memory_reserved(cuda) <= cap, (
+            "the cap bounds what the allocator reserves"
+        )
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, cuda)
     gc.collect()
     torch.cuda.empty_cache()
     assert torch.cuda.memory_allocated(cuda) == baseline, "every try was freed"
-    assert torch.empty(2 * GiB, dtype=torch.uint8, device=cuda).numel() == 2 * GiB, "the cap is lifted"
+    assert torch.empty(2 * GiB, dtype=torch.uint8, device=cuda).numel() == 2 * GiB, (
+        "the cap is lifted"
+    )
 
 
 def test_device_facts_agree_with_torch_and_the_driver(cuda):
     facts = gpucourse.device_facts(cuda)
     props = torch.cuda.get_device_properties(cuda)
     assert facts.name == torch.cuda.get_device_name(cuda)
-    assert facts.compute_capability == torch.cuda.get_device_capability(cuda) == (props.major, props.minor)
+    assert (
+        facts.compute_capability
+        == torch.cuda.get_device_capability(cuda)
+        == (props.major, props.minor)
+    )
     assert facts.processors == props.multi_processor_count
     assert facts.total_memory_gib == pytest.approx(props.total_memory / GiB, abs=0.01)
     with torch.cuda.device(cuda):
         assert facts.bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
     assert facts.tf32 == facts.bf16 == (facts.compute_capability >= (8, 0))
     dtype, use_scaler = gpucourse.amp_dtype(facts)
-    assert dtype == (torch.bfloat16 if facts.bf16 else torch.float16) and use_scaler == (not facts.bf16)
+    assert dtype == (torch.bfloat16 if facts.bf16 else torch.float16) and use_scaler == (
+        not facts.bf16
+    )
     with torch.autocast(device_type="cuda", dtype=dtype):
         assert (torch.ones(8, 8, device=cuda) @ torch.ones(8, 8, device=cuda)).dtype == dtype
     assert torch.amp.GradScaler("cuda", enabled=use_scaler).is_enabled() == use_scaler
     driver = doctor.probe_driver()
     capability = ".".join(map(str, facts.compute_capability))
-    assert any(g["name"] == facts.name and g["compute_capability"] == capability for g in driver["gpus"]), driver
+    assert any(
+        g["name"] == facts.name and g["compute_capability"] == capability for g in driver["gpus"]
+    ), driver
 
 
 def test_pinned_host_memory_copies_faster_than_pageable(cuda):
@@ -180,14 +215,16 @@ def test_bench_card_on_the_gpu(cuda):
         assert rows["tf32"]["value"] > rows["fp32"]["value"], "TF32 tensor cores beat strict fp32"
     for row in rows.values():
         if row["ratio"] is not None:
-            assert 0 < row["ratio"] <= 1.05, f"{row['what']}: above the card's peak: the table or the timing is wrong"
+            assert 0 < row["ratio"] <= 1.05, (
+                f"{row['what']}: above the card's peak: the table or the timing is wrong"
+            )
     if card["known_as"] is None:
         assert all(row["ratio"] is None for row in rows.values())
 
 
 # ---- grading on the GPU ------------------------------------------------------------------------------------------
 def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
-    """A kernel in the grading sandbox (tools/grade.py, GPUs and driver libraries bound) sees the same GPU."""
+    """A kernel in the grading sandbox (coursetools.grade, GPUs and driver libraries bound) sees the GPU."""
     from coursetools import grade
 
     problem = grade.sandbox_problem()
@@ -195,27 +232,71 @@ def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
         pytest.skip(f"grading on the GPU ran without the sandbox: {problem}")
     devices, libraries = grade.gpu_passthrough()
     command = grade.sandbox_command(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available(), torch.cuda.get_device_name())"],
-        workdir=str(tmp_path), runtime=str(tmp_path), memory=0, cpu_seconds=300, devices=devices, libraries=libraries,
-        python_dirs=grade._python_dirs(sys.executable), environ=dict(os.environ))
+        [
+            sys.executable,
+            "-c",
+            "import torch; print(torch.cuda.is_available(), torch.cuda.get_device_name())",
+        ],
+        workdir=str(tmp_path),
+        runtime=str(tmp_path),
+        memory=0,
+        cpu_seconds=300,
+        devices=devices,
+        libraries=libraries,
+        python_dirs=grade._python_dirs(sys.executable),
+        environ=dict(os.environ),
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.stdout.split(maxsplit=1) == ["True", torch.cuda.get_device_name(cuda) + "\n"], done.stdout + done.stderr
+    assert done.stdout.split(maxsplit=1) == ["True", torch.cuda.get_device_name(cuda) + "\n"], (
+        done.stdout + done.stderr
+    )
+
+
+def test_autograde_a_small_assignment_with_the_installed_grading_stack(tmp_path):
+    """nbgrader autograde of a three-exercise assignment, in this environment: the right answers score full
+    marks, a wrong one loses exactly its point. No GPU needed (the runner's CPU rehearsal runs it too)."""
+    course = ck.sandbox_course(tmp_path)
+    student = ck.read(course / "release" / ck.SANDBOX_ASSIGNMENT / ck.SANDBOX_NAME)
+    right = {
+        name: f"def {name}(x):\n    return {body}"
+        for name, (body, _, _) in ck.SANDBOX_EXERCISES.items()
+    }
+    for who, answers in (
+        ("right", right),
+        ("wrong", {**right, "square": "def square(x):\n    return x + x"}),
+    ):
+        nb = ck.submission_from(student, answers)
+        ck.submit_as(course, who, ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME, nb)
+    result = ck.nbgrader(course, "autograde", ck.SANDBOX_ASSIGNMENT, "--force", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for who, lost in (("right", set()), ("wrong", {"test_square"})):
+        scores = ck.scores_of(course, ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME, who)
+        assert {g for g, (score, top, _) in scores.items() if score != top} == lost, (who, scores)
 
 
 @pytest.mark.parametrize("lesson", ck.lessons())
 def test_autograde_on_the_gpu(cuda, lesson, tmp_path, monkeypatch):
     """The solution scores full marks, the untouched notebook zero, each fixture loses exactly its cells' points."""
-    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")  # a kernel that cannot see the GPU fails its set-up cell
+    monkeypatch.setenv(
+        "GPUCOURSE_REQUIRE_GPU", "1"
+    )  # a kernel that cannot see the GPU fails its set-up cell
     monkeypatch.delenv("GPUCOURSE_CLAIMS", raising=False)
     course = ck.scratch_course(tmp_path, [lesson])
     student, answers = ck.read(ck.student_path(lesson)), ck.solution_answers(lesson)
     submitted = {}
-    for name, nb, wrong in [("solution", ck.submission_from(student, answers), set()), ("untouched", student, None),
-                            *[(f.name, ck.submission_from(student, {**answers, **f.answers}), set(f.answers))
-                              for f in ck.fixtures(lesson)]]:
+    for name, nb, wrong in [
+        ("solution", ck.submission_from(student, answers), set()),
+        ("untouched", student, None),
+        *[
+            (f.name, ck.submission_from(student, {**answers, **f.answers}), set(f.answers))
+            for f in ck.fixtures(lesson)
+        ],
+    ]:
         path = ck.submit(course, name, lesson, nb)
         submitted[name] = (path, path.read_bytes(), wrong)
     result = ck.nbgrader(course, "autograde", lesson, "--force", check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     problems = ck.autograde_problems(course, lesson, submitted)
-    assert not problems, f"{lesson} graded on {torch.cuda.get_device_name(cuda)}:\n" + "\n".join(problems)
+    assert not problems, f"{lesson} graded on {torch.cuda.get_device_name(cuda)}:\n" + "\n".join(
+        problems
+    )

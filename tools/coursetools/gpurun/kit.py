@@ -52,9 +52,10 @@ SCRIPT = "gpu-kit.sh"
 
 
 def canonical(requirement: str) -> str:
+    """The normalized (PEP 503) name of a requirement, a bare name or a wheel's name (coursetools.pins)."""
     from .. import pins
 
-    return pins.normalized(pins.package_name(requirement))
+    return pins.package_name(requirement.replace("_", "-"))
 
 
 def _pinned(names: tuple[str, ...], pins: dict[str, str] | None) -> list[str]:
@@ -78,7 +79,7 @@ def have_names(path: Path) -> set[str]:
     """The names in a `pip freeze` or a list of names (one a line, `#` comments)."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     found = {line.split("#")[0].strip() for line in lines}
-    return {canonical(line.split(" @ ")[0]) for line in found if line and not line.startswith("-")}
+    return {canonical(line) for line in found if line and not line.startswith("-")}
 
 
 def installed_distributions() -> dict[str, str]:
@@ -217,8 +218,10 @@ def download_commands(
     python_version: str | None = None,
     platform: str | None = None,
     requirements: list[str] | None = None,
+    have: set[str] = frozenset(),
 ) -> list[list[str]]:
-    """`pip download` of the suite's wheels (and theirs), then nbgrader's without theirs: binary only."""
+    """`pip download` of the suite's wheels (and theirs), then nbgrader's without theirs, binary only; what
+    ``have`` names is not asked for (its dependencies still come: prune() takes out those the machine has)."""
     target = ["--python-version", python_version] if python_version else []
     for name in platforms(platform) if platform else []:
         target += ["--platform", name]
@@ -233,7 +236,13 @@ def download_commands(
     pip += ["--dest", str(dest), *target]
     if requirements is not None:
         return [[*pip, *requirements]]
-    return [[*pip, *suite_requirements()], [*pip, "--no-deps", *no_deps_requirements()]]
+    suite = [r for r in suite_requirements() if canonical(r) not in have]
+    bare = [r for r in no_deps_requirements() if canonical(r) not in have]
+    return [
+        command
+        for command, wanted in (([*pip, *suite], suite), ([*pip, "--no-deps", *bare], bare))
+        if wanted
+    ]
 
 
 def prune(wheelhouse: Path, have: set[str]) -> list[str]:
@@ -305,7 +314,7 @@ def make_kit(
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, dest / name)
     wheels = dest / "wheels"
-    for command in download_commands(str(wheels), python_version, platform):
+    for command in download_commands(str(wheels), python_version, platform, have=have_names(have)):
         print("$ " + " ".join(command), flush=True)
         if (download or subprocess.run)(command).returncode != 0:
             raise RuntimeError("pip download failed: the index must be reachable to make the kit")

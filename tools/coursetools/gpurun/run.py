@@ -79,14 +79,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def download(args, requirements) -> int:
+    have = kit.have_names(args.have) if args.have else set()
     for command in kit.download_commands(
-        args.download, args.python_version, args.platform, requirements
+        args.download, args.python_version, args.platform, requirements, have
     ):
         print("$ " + " ".join(command), flush=True)
         if subprocess.run(command).returncode != 0:
             return 1
-    if args.have:
-        removed = kit.prune(Path(args.download), kit.have_names(args.have))
+    if have:
+        removed = kit.prune(Path(args.download), have)
         print(f"left out {len(removed)} wheel(s) of what {args.have} has")
     print(f"{args.download}: {kit.size_mib(Path(args.download)):.1f} MiB")
     return 0

@@ -1,0 +1,459 @@
+"""The GPU kit (coursetools.gpurun.kit) on a CPU: the suite it adds beside an existing PyTorch, only what the
+machine lacks (`make wheelhouse HAVE=...`), installed offline without ever replacing that PyTorch; the kit for the
+first GPU machine fits 48 MiB; a stand-in GPU machine built from what CI has installs the kit with no index
+reachable and runs the runner end to end in a CPU rehearsal, grading included."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from coursetools.gpurun import kit
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_MACHINE = ROOT.parent / "shared" / "gpu-machine" / "packages.txt"
+OFFLINE = {
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "PIP_NO_INPUT": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+}
+
+
+def _offline_env(**extra) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") and k.lower() not in {"http_proxy", "https_proxy", "pythonpath"}
+    }
+    return {**env, **OFFLINE, **extra}
+
+
+def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
+    suite, bare = kit.suite_requirements(), kit.no_deps_requirements()
+    assert "nbval==0.11.0" in suite and "ipykernel==7.4.0" in suite and "sqlalchemy" in suite
+    assert bare == ["nbgrader==0.9.6", "jupyter-server"], "nbgrader without its user interface"
+    assert not [
+        r
+        for r in suite + bare
+        if re.match(r"(torch|tensorflow|nvidia-dali|keras|jupyterlab|notebook)", r)
+    ]
+    present = {
+        "torch": "2.8.0a0+5228986c39.nv25.06",
+        "nvidia-cudnn-cu12": "9.10.2.21",
+        "numpy": "1.26.4",
+        "nbval": "0.10.0",
+        "nvidia-ml-py": "12.575.51",
+        "jupyterlab": "4.0.0",
+    }
+    commands, constraints = kit.setup_plan(present, suite, "/wh", python="/opt/py", no_deps=bare)
+    assert (
+        constraints
+        == "numpy==1.26.4\nnvidia-cudnn-cu12==9.10.2.21\ntorch==2.8.0a0+5228986c39.nv25.06\n"
+    )
+    suite_install, bare_install = commands
+    assert suite_install[:9] == [
+        "/opt/py",
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        "/wh",
+        "--constraint",
+    ]
+    assert "nbval==0.11.0" not in suite_install and "numpy==2.4.6" not in suite_install, (
+        "present: left as is"
+    )
+    assert "ipykernel==7.4.0" in suite_install and "nvidia-ml-py==13.615.71" not in suite_install
+    assert bare_install[-3:] == ["--no-deps", "nbgrader==0.9.6", "jupyter-server"]
+    everything = {kit.canonical(r): "1" for r in suite + bare}
+    assert kit.setup_plan({**present, **everything}, suite, no_deps=bare)[0] == [], (
+        "nothing left to add"
+    )
+
+    first, second = kit.download_commands("/wh", "3.12", "manylinux_2_28_x86_64")
+    assert first[1:6] == [
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+    ]
+    assert (
+        first[6:10] == ["--dest", "/wh", "--python-version", "3.12"]
+        and first[-len(suite) :] == suite
+    )
+    assert second[-3:] == ["--no-deps", *bare]
+    platforms = first[11 : -len(suite) : 2]
+    assert set(first[10 : -len(suite) : 2]) == {"--platform"}, (
+        "pip widens manylinux2014 alone: each one named"
+    )
+    assert platforms[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"]
+    assert platforms[-3:] == ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+    assert kit.platforms("win_amd64") == ["win_amd64"]
+
+
+def test_only_what_the_machine_lacks(tmp_path):
+    have = tmp_path / "have.txt"
+    have.write_text(
+        "# a comment\ntorch==2.11.0+cu130\nNumPy==2.5.2\njupyter_core\n-e git+https://x/y\n"
+        "pillow @ file:///build/pillow\n\n"
+    )
+    assert kit.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
+    if GPU_MACHINE.exists():
+        names = kit.have_names(GPU_MACHINE)
+        assert {
+            "torch",
+            "torchvision",
+            "numpy",
+            "pytest",
+            "nvidia-ml-py",
+        } <= names and "nbgrader" not in names
+    for name in (
+        "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "jupyter_core-5.9.1-py3-none-any.whl",
+        "nbgrader-0.9.6-py3-none-any.whl",
+    ):
+        (tmp_path / name).touch()
+    assert kit.prune(tmp_path, kit.have_names(have)) == [
+        "jupyter_core-5.9.1-py3-none-any.whl",
+        "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
+    ]
+    assert [p.name for p in tmp_path.glob("*.whl")] == ["nbgrader-0.9.6-py3-none-any.whl"]
+
+
+def test_the_kits_one_command_is_valid_shell_and_runs_the_three_steps(tmp_path):
+    script = tmp_path / kit.SCRIPT
+    script.write_text(kit.KIT_SCRIPT.format(options=""))
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    steps = [
+        line.split(" -m coursetools.gpurun ")[1]
+        for line in text.splitlines()
+        if " -m coursetools" in line
+    ]
+    assert steps == ['--preflight "$@"', "--setup --wheelhouse wheels", '--artifacts "$OUT" "$@"']
+    assert "--without-pip --system-site-packages .gpu-env" in text, (
+        "the machine's PyTorch, never replaced"
+    )
+    message = kit.kit_message(
+        tmp_path / "gpu-kit", {"size_mib": 37.2, "wheels": ["a"] * 60, "left_out": []}
+    )
+    assert (
+        "sh gpu-kit/gpu-kit.sh" in message
+        and "gpu-kit/gpu-run/" in message
+        and "OVER" not in message
+    )
+    assert "IT IS OVER 48 MiB" in kit.kit_message(
+        tmp_path, {"size_mib": 50.0, "wheels": [], "left_out": []}
+    )
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_gpu_in_an_existing_environment_make_wheelhouse_and_make_gpu_kit():
+    """What make would run (make -n): the named Python's environment, never .venv's set-up; the wheels and kit."""
+
+    def dry(*args):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"ENV", "PYTHON", "WHEELHOUSE", "MAKEFLAGS"}
+        }
+        done = subprocess.run(
+            ["make", "-n", "--no-print-directory", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        return [
+            line for line in done.stdout.splitlines() if not line.startswith("course environment:")
+        ]
+
+    preflight, setup, run = dry(
+        "test-gpu", "ENV=system", "WHEELHOUSE=/w", "GPU_ARGS=02_tensors_on_device --require-all"
+    )
+    python = preflight.split()[1]  # PYTHONPATH=tools python3 -m coursetools.gpurun ...
+    assert "/.venv/" not in python and os.path.basename(python).startswith("python3"), (
+        "the system's python3"
+    )
+    assert setup == f"PYTHONPATH=tools {python} -m coursetools.gpurun --setup --wheelhouse /w"
+    assert (
+        run == f"PYTHONPATH=tools {python} -m coursetools.gpurun 02_tensors_on_device --require-all"
+    )
+    assert dry("test-gpu", f"PYTHON={sys.executable}")[1:] == [
+        f"PYTHONPATH=tools {sys.executable} -m coursetools.gpurun --setup ",
+        f"PYTHONPATH=tools {sys.executable} -m coursetools.gpurun ",
+    ]
+    assert "holds no PyTorch: add ENV=system" in dry("test-gpu", "WHEELHOUSE=/w")[1], (
+        "a wheelhouse alone: no .venv"
+    )
+    wheelhouse = dry(
+        "wheelhouse", "WHEELHOUSE=/w", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64", "HAVE=p.txt"
+    )
+    assert wheelhouse[-1].endswith(
+        "-m coursetools.gpurun --download /w --python-version 3.12 "
+        "--platform manylinux_2_28_x86_64 --have p.txt"
+    )
+    gpu_kit = dry("gpu-kit", "KIT=/k", "HAVE=p.txt", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64")
+    assert gpu_kit[-1].endswith(
+        "-m coursetools.gpurun --kit /k --have p.txt --python-version 3.12 "
+        "--platform manylinux_2_28_x86_64"
+    )
+
+
+def _wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
+    """A tiny pure-Python wheel: a package whose __init__ holds its version."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"__version__ = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for file, text in files.items():
+            archive.writestr(file, text)
+    return path
+
+
+@pytest.mark.slow
+def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_never_replaces_it(
+    tmp_path,
+):
+    """`make test-gpu ENV=system WHEELHOUSE=dir` with no index: the environment has a (fake) torch 2.99; the
+    wheelhouse holds the suite (here two small packages), and a torch 3.0 pip would happily upgrade to."""
+    offline = _offline_env(
+        PYTHONPATH=str(ROOT / "tools")
+    )  # as `make test-gpu` runs it: from the checkout
+    env = tmp_path / "env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", env], check=True
+    )
+    python = str(env / "bin" / "python")
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        shutil.rmtree(env)  # a base Python without pip: the environment gets its own
+        subprocess.run([sys.executable, "-m", "venv", env], check=True)
+
+    def run(*args):
+        return subprocess.run(
+            [python, *args], capture_output=True, text=True, env=offline, cwd=ROOT, timeout=120
+        )
+
+    wheels, house = tmp_path / "wheels", tmp_path / "wheelhouse"
+    wheels.mkdir(), house.mkdir()
+    if run("-c", "import torch").returncode != 0:  # the base Python has no torch of its own
+        done = run("-m", "coursetools.gpurun", "--setup", "--wheelhouse", house)
+        assert done.returncode == 2 and "has no PyTorch" in done.stderr, (
+            "without PyTorch: nothing to add to"
+        )
+    purelib = run("-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    zipfile.ZipFile(_wheel(wheels, "torch", "2.99.0")).extractall(
+        purelib
+    )  # installed as a wheel installs
+    for wheel in (
+        ("torch", "3.0.0"),
+        ("fakesuite", "1.0", "torch>=2", "fakedep"),
+        ("fakedep", "1.0"),
+        ("fakenew", "1.0", "torch>=3"),
+    ):
+        _wheel(house, *wheel)
+    torch_files = sorted(p for p in (env / "lib").rglob("torch*/*") if p.is_file())
+    before = {p: p.read_bytes() for p in torch_files}
+    suite, newer = tmp_path / "suite.txt", tmp_path / "newer.txt"
+    suite.write_text("fakesuite==1.0\n"), newer.write_text("fakenew==1.0\n")
+
+    done = run(
+        "-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", suite
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--no-index --find-links" in done.stdout and "--constraint" in done.stdout
+    assert "added 2 package(s) (fakedep, fakesuite) beside PyTorch 2.99.0" in done.stdout
+    shown = run(
+        "-c", "import torch, fakesuite, gpucourse; print(torch.__version__, gpucourse.__file__)"
+    )
+    assert shown.stdout.split() == ["2.99.0", str(ROOT / "utils" / "gpucourse" / "__init__.py")]
+    assert {p: p.read_bytes() for p in torch_files} == before, "the present torch is untouched"
+
+    done = run(
+        "-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", newer
+    )
+    assert done.returncode == 1 and "PyTorch 2.99.0 is kept as it is (offline" in done.stderr, (
+        "needs torch 3"
+    )
+    assert run("-c", "import torch; print(torch.__version__)").stdout.strip() == "2.99.0"
+    assert {p: p.read_bytes() for p in torch_files} == before
+
+    done = run(
+        "-m", "coursetools.gpurun", "--setup", "--wheelhouse", house, "--requirements", suite
+    )
+    assert done.returncode == 0 and "$ " not in done.stdout and "none missing" in done.stdout
+
+
+def _index_reachable(tmp_path: Path) -> str | None:
+    """None when PyPI answers pip (the kit's wheels come from it), else why not."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "--disable-pip-version-check",
+            "--dest",
+            str(tmp_path / "probe"),
+            "nbgrader==0.9.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return (
+        None
+        if done.returncode == 0
+        else f"the package index is unreachable: {done.stderr.strip()[-200:]}"
+    )
+
+
+@pytest.mark.slow
+def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
+    """../shared/gpu-machine/packages.txt: Python 3.12, torch 2.11.0+cu130, no Jupyter, 64 MiB a command."""
+    if not GPU_MACHINE.exists():
+        pytest.skip(f"{GPU_MACHINE} is not in this checkout's neighbourhood")
+    why = _index_reachable(tmp_path)
+    if why:
+        pytest.skip(why)
+    made = kit.make_kit(tmp_path / "gpu-kit", GPU_MACHINE, "3.12", "manylinux_2_28_x86_64")
+    wheels = {kit.canonical(name.split("-")[0]) for name in made["wheels"]}
+    assert made["size_mib"] <= kit.KIT_LIMIT_MIB, (
+        f"{made['size_mib']} MiB: {sorted(made['wheels'])}"
+    )
+    assert {"nbgrader", "nbval", "ipykernel", "sqlalchemy"} <= wheels
+    assert not wheels & {"torch", "torchvision", "numpy", "jupyterlab", "notebook", "babel"}, (
+        "never needed"
+    )
+    assert (tmp_path / "gpu-kit" / "gpu-kit.sh").exists() and (
+        tmp_path / "gpu-kit" / "solutions"
+    ).is_dir()
+    assert (
+        json.loads((tmp_path / "gpu-kit" / "KIT.json").read_text())["size_mib"] == made["size_mib"]
+    )
+
+
+def _stand_in_base() -> Path:
+    """The environment a stand-in GPU machine is layered on: the Colab set (torch 2.11 CUDA 13, as on the GPU
+    machine) where `make test` built it, else this one."""
+    colab = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ROOT / ".venv-colab") / "bin" / "python"
+    if (
+        colab.exists()
+        and subprocess.run([colab, "-c", "import torch"], capture_output=True).returncode == 0
+    ):
+        return colab
+    return Path(sys.executable)
+
+
+@pytest.mark.slow
+def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
+    """A venv layered on an environment with PyTorch (no nbgrader in it) stands in for the GPU machine. The kit
+    is made for what it has, installed with no index reachable, and the one command runs lesson 01 and the
+    grading run's small assignment in a CPU rehearsal: the report says "not validated: no GPU" and lists the
+    claims that would have run; autograde, from nbgrader without its user interface, graded."""
+    why = _index_reachable(tmp_path)
+    if why:
+        pytest.skip(why)
+    base = _stand_in_base()
+    ask = lambda code: subprocess.run(
+        [base, "-c", code], capture_output=True, text=True
+    ).stdout.strip()  # noqa: E731
+    site, version = (
+        ask("import sysconfig; print(sysconfig.get_paths()['purelib'])"),
+        ask("import sys; print('%d.%d' % sys.version_info[:2])"),
+    )
+    machine = tmp_path / "gpu-machine"
+    subprocess.run([base, "-m", "venv", "--without-pip", machine], check=True)
+    python = machine / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "zz-stand-in.pth").write_text(f"import site; site.addsitedir({site!r})\n")
+    names = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.metadata as m\nfor d in m.distributions(): print(d.metadata['Name'])",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "torch" in names.split() and "nbgrader" not in names.split(), (
+        "a machine with PyTorch, no grader"
+    )
+    have = tmp_path / "have.txt"
+    have.write_text(names)
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coursetools.gpurun",
+            "--kit",
+            tmp_path / "kit",
+            "--have",
+            have,
+            "--python-version",
+            version,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "sh kit/gpu-kit.sh" in done.stdout
+    artifacts = tmp_path / "gpu-run"
+    done = subprocess.run(
+        ["sh", tmp_path / "kit" / kit.SCRIPT, artifacts, "--rehearse", "01_verify_gpu"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_offline_env(PYTHON=str(python), OMP_NUM_THREADS="1"),
+    )
+    output = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, output
+    assert "--no-index --find-links wheels" in done.stdout and "nbgrader" in done.stdout, (
+        "installed offline"
+    )
+    built = json.loads((artifacts / "gpu-report.json").read_text())
+    markdown = (artifacts / "gpu-report.md").read_text()
+    assert markdown.startswith("# GPU test report: REHEARSAL ON A CPU: not validated: no GPU"), (
+        markdown[:500]
+    )
+    (row,) = built["notebooks"]
+    assert row["result"] == "not validated" and row["parts"]["PyTorch"]["failed_cells"] == 0, row
+    assert row["would_check"] and "## Claims that would have been checked on a GPU" in markdown
+    assert any("stopwatch" in claim for claim in row["would_check"]), row["would_check"]
+    graded = {case["name"]: case["outcome"] for case in built["grading"]["cases"]}
+    assert (
+        graded["test_autograde_a_small_assignment_with_the_installed_grading_stack"] == "passed"
+    ), output
+    assert (
+        built["status"] == "rehearsal" and (artifacts / "claims" / "01_verify_gpu.jsonl").exists()
+    )
