@@ -8,15 +8,23 @@ from pathlib import Path
 import coursekit as ck
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]  # the last: containers' small /dev/shm
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]  # the last: containers' small /dev/shm
 ARTIFACTS = ck.ROOT / "test-artifacts"
 VIEWPORT = {"width": 1280, "height": 800}
 
 
 def why_no_browser() -> str | None:
     if not CHROMIUM.exists():
-        return f"no Chromium at {CHROMIUM}: `apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
+        how = "`apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
+        return f"no Chromium at {CHROMIUM}: {how}"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -29,7 +37,9 @@ def chromium_page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(60_000)
         try:
