@@ -79,7 +79,7 @@ def _submissions(released):
     edited.cells.append(new_code_cell('print("fast_train speed-up over the baseline: 50.00x")'))
     tagged = ck.submission_from(released, {"answer": "def answer():\n    return 41"})
     _by_id(tagged, "test_answer").metadata.tags = ["demo"]
-    return {"right": ck.submission_from(released, right), "edited": edited, "tagged_test": tagged}
+    return {"edited": edited, "tagged_test": tagged}
 
 
 def test_skipped_cells():
@@ -98,7 +98,8 @@ def test_skipped_cells():
 
 
 @pytest.mark.slow
-def test_demo_cells_and_locked_cells(tmp_path, monkeypatch):
+def test_demo_cells_and_locked_cells(tmp_path):
+    """One autograde run: tagged cells skipped, locked cells restored, a learner's tag ignored."""
     course = ck.sandbox_course(tmp_path, _source())
     released = ck.read(course / "release" / ck.SANDBOX_ASSIGNMENT / ck.SANDBOX_NAME)
     for student, nb in _submissions(released).items():
@@ -110,16 +111,15 @@ def test_demo_cells_and_locked_cells(tmp_path, monkeypatch):
         scores = ck.scores_of(course, ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME, student)
         return scores["test_answer"][0]
 
-    # right: its test asserts that the plain cell ran and the demo and GPU-check cells did not
-    assert score("right") == 1
-    graded = ck.read(course / "autograded" / "right" / ck.SANDBOX_ASSIGNMENT / ck.SANDBOX_NAME)
+    # edited: its test passes only if the plain cell ran, the demo and GPU-check cells did not, and
+    # the referee came back as the source has it
+    assert score("edited") == 1
+    graded = ck.read(course / "autograded" / "edited" / ck.SANDBOX_ASSIGNMENT / ck.SANDBOX_NAME)
     demo, check = graded.cells[2], graded.cells[3]
     assert (demo.outputs, check.outputs, demo.execution_count) == ([], [], None), (
         "not run, no output"
     )
     assert graded.cells[4].execution_count is not None, "the untagged cell ran"
-    # edited: the referee and the measurement come back as the source has them
-    assert score("edited") == 1, "the edited referee was restored (its test needs the source's)"
     # tagged_test: a learner's tag does not skip a test cell
     assert score("tagged_test") == 0
     rows = {row.student: row for row in class_rows(course, ck.SANDBOX_ASSIGNMENT).rows}

@@ -295,12 +295,14 @@ def test_waiting_names_folded(tmp_path):
 
 
 def test_report_refuses_without_a_gradebook(tmp_path, capsys):
+    """No gradebook: the report says to grade first."""
     with pytest.raises(SystemExit):
         report.main(["01_verify_gpu", "--course", str(tmp_path)])
     assert "grade first" in capsys.readouterr().err
 
 
 def test_report_refuses_an_unknown_lesson(course, capsys):
+    """A lesson the gradebook does not hold: the report says to grade first."""
     with pytest.raises(SystemExit):
         report.main(["01_verify_gpu", "--course", str(course)])
     assert "grade first" in capsys.readouterr().err

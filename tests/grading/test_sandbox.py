@@ -136,7 +136,8 @@ def _snooped(course, student="snoop") -> dict:
 
 @pytest.mark.slow
 @needs_sandbox
-def test_a_class_is_graded_in_the_sandbox(tmp_path):
+def test_class_in_sandbox(tmp_path):
+    """Five students graded in the sandbox: each scores what its own code earns, nothing leaks."""
     course, server = ck.sandbox_course(tmp_path), Server()
     for name, nb in _submissions(course, server.port).items():
         ck.submit_as(course, name, ASSIGNMENT, NAME, nb)
@@ -214,7 +215,8 @@ def test_a_class_is_graded_in_the_sandbox(tmp_path):
 
 
 @pytest.mark.slow
-def test_grading_without_the_sandbox_tool_refuses_and_says_why(tmp_path):
+def test_refuses_without_sandbox(tmp_path):
+    """Without bubblewrap, `make grade` and a plain `nbgrader autograde` refuse and say why."""
     course = ck.sandbox_course(tmp_path)
     ck.submit_as(course, "right", ASSIGNMENT, NAME, ck.read(course / "release" / ASSIGNMENT / NAME))
     env = dict(ck.env(), PATH=os.path.dirname(sys.executable))  # no bwrap on PATH
@@ -251,7 +253,7 @@ def test_grading_without_the_sandbox_tool_refuses_and_says_why(tmp_path):
     assert result.returncode != 0
 
 
-def test_the_sandbox_shows_only_what_the_kernel_needs():
+def test_sandbox_command():
     """The command line, for a GPU machine (fake device files) with the course at /srv/course."""
     cmd = sandbox_command(
         [
