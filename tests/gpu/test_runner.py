@@ -864,3 +864,204 @@ def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_toget
     assert calls[-1][0][-1] == "not autograde", "no grading run"
     built = json.loads((tmp_path / "gpu-report.json").read_text())
     assert built["status"] == "partial" and len(built["skipped"]) == 2, built["skipped"]
+
+
+# ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right answer its points ----
+def _grade_module():
+    from coursetools import grade
+
+    return grade
+
+
+def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path):
+    grade = _grade_module()
+    dev = tmp_path / "dev"
+    for name in (
+        "nvidia0",
+        "nvidia1",
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+        "dxg",
+        "null",
+        "nvme0n1",
+        "fb0",
+    ):
+        (dev / name).parent.mkdir(parents=True, exist_ok=True)
+        (dev / name).touch()
+    (dev / "nvidia-caps").mkdir()
+    site, nix, cuda = (
+        tmp_path / d for d in ("site/driver/lib", "run/opengl-driver/lib", "cluster/cuda/lib64")
+    )
+    for folder in (site, nix, cuda):
+        folder.mkdir(parents=True)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "libcuda.so.550.54").touch()
+    (nix / "libcuda.so.1").symlink_to(
+        tmp_path / "store" / "libcuda.so.550.54"
+    )  # NixOS: a link into the store
+    ldconfig = (
+        f"\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+        f"\tlibcuda.so.1 (libc6,x86-64) => {nix}/libcuda.so.1\n"
+        f"\tlibnvidia-ml.so.1 (libc6,x86-64) => {site}/libnvidia-ml.so.1\n"
+        f"\tlibcudart.so.12 (libc6,x86-64) => /elsewhere/libcudart.so.12\n"
+    )
+    devices, libraries = grade.gpu_passthrough(
+        str(dev), ldconfig, {"LD_LIBRARY_PATH": f"{cuda}:/usr/local/cuda/lib64:"}
+    )
+    assert devices == [
+        str(dev / n)
+        for n in (
+            "dxg",
+            "nvidia-caps",
+            "nvidia-modeset",
+            "nvidia-uvm",
+            "nvidia-uvm-tools",
+            "nvidia0",
+            "nvidia1",
+            "nvidiactl",
+        )
+    ]
+    assert libraries == sorted(map(str, (cuda, nix, site, tmp_path / "store"))), (
+        "/usr is in the sandbox already"
+    )
+    assert grade.gpu_passthrough(str(tmp_path / "no-gpu"), ldconfig, {}) == ([], []), (
+        "no GPU, nothing to pass"
+    )
+
+    command = grade.sandbox_command(
+        ["/env/bin/python", "-m", "ipykernel_launcher"],
+        workdir="/course/autograded/a",
+        runtime="/tmp/grade-x",
+        memory=0,
+        cpu_seconds=60,
+        python_dirs=["/env"],
+        devices=devices,
+        libraries=libraries,
+        environ={"LD_LIBRARY_PATH": str(cuda)},
+    )
+    binds = [
+        tuple(command[i : i + 3])
+        for i, part in enumerate(command)
+        if part in {"--dev-bind", "--ro-bind"}
+    ]
+    assert [
+        (kind, path)
+        for kind, path, same in binds
+        if path == same and (path in devices or path in libraries)
+    ] == ([("--ro-bind", d) for d in libraries] + [("--dev-bind", d) for d in devices])
+    assert ("--setenv", "LD_LIBRARY_PATH", str(cuda)) in zip(
+        command, command[1:], command[2:], strict=False
+    )
+    assert not any(part.startswith("--as=") for part in command), (
+        "no address-space limit with a GPU (CUDA reserves more)"
+    )
+    with pytest.raises(RuntimeError, match="holds the course"):
+        grade.sandbox_command(
+            ["python"],
+            workdir="/w",
+            runtime="/r",
+            memory=0,
+            cpu_seconds=1,
+            python_dirs=[],
+            devices=devices,
+            libraries=["/home/me"],
+            environ={},
+            course="/home/me/course",
+        )
+
+
+def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
+    from nbformat.v4 import new_code_cell, new_output
+    from nbgrader.utils import has_failed
+
+    grade = _grade_module()
+
+    def cell(*outputs, graded=True):
+        made = new_code_cell("assert double(2) == 4", outputs=list(outputs))
+        made.metadata.nbgrader = {
+            "grade": graded,
+            "solution": False,
+            "grade_id": "test_double",
+            "points": 1,
+        }
+        return made
+
+    warning = new_output("stream", name="stderr", text="falling back to the slow kernel\n")
+    right = cell(new_output("stream", name="stdout", text="checked\n"), warning)
+    assert has_failed(right), "nbgrader alone zeroes it"
+    assert (
+        not has_failed(grade.stderr_kept_visible(right))
+        and right.outputs[1].text == "falling back to the slow kernel\n"
+    )
+    wrong = cell(
+        new_output("stream", name="stderr", text="warn\n"),
+        new_output("error", ename="AssertionError", evalue="", traceback=[]),
+    )
+    assert has_failed(grade.stderr_kept_visible(wrong)) and wrong.outputs[0].name == "stderr"
+    ungraded = cell(new_output("stream", name="stderr", text="a log line\n"), graded=False)
+    assert grade.stderr_kept_visible(ungraded).outputs[0].name == "stderr", (
+        "only graded cells are changed"
+    )
+
+
+@pytest.mark.slow
+def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_path):
+    """Real autograde (the course's nbgrader_config.py, sandboxed where bubblewrap can be) of a small assignment."""
+    import coursekit as ck
+
+    ASSIGNMENT, NAME = ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME
+    course = ck.sandbox_course(tmp_path)
+    student = ck.read(course / "release" / ASSIGNMENT / NAME)
+    warns = (
+        "import logging, warnings\n\ndef double(x):\n"
+        "    logging.getLogger('a.library').warning('falling back to the slow kernel')  # as a library logs\n"
+        "    warnings.warn('this call is deprecated in a library', UserWarning)\n    return {}\n"
+    )
+    rest = {"square": "def square(x):\n    return x * x", "negate": "def negate(x):\n    return -x"}
+    ck.submit_as(
+        course,
+        "warns",
+        ASSIGNMENT,
+        NAME,
+        ck.submission_from(student, {"double": warns.format("2 * x"), **rest}),
+    )
+    ck.submit_as(
+        course,
+        "wrong",
+        ASSIGNMENT,
+        NAME,
+        ck.submission_from(student, {"double": warns.format("3 * x"), **rest}),
+    )
+    result = ck.nbgrader(course, "autograde", ASSIGNMENT, "--force", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    score = {
+        s: {g: v for g, (v, _, _) in ck.scores_of(course, ASSIGNMENT, NAME, s).items()}
+        for s in ("warns", "wrong")
+    }
+    assert score["warns"] == {"test_double": 1, "test_square": 1, "test_negate": 1}, (
+        "the warning costs nothing"
+    )
+    assert score["wrong"] == {"test_double": 0, "test_square": 1, "test_negate": 1}, (
+        "a wrong answer still fails"
+    )
+    graded = ck.read(course / "autograded" / "warns" / ASSIGNMENT / NAME)
+    (test,) = [
+        c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double"
+    ]
+    shown = "".join(o.get("text", "") for o in test.outputs if o.get("name") == "stdout")
+    assert (
+        "falling back to the slow kernel" in shown
+        and "UserWarning: this call is deprecated" in shown
+    ), test.outputs
+    validated = ck.nbgrader(
+        course, "validate", str(course / "submitted" / "warns" / ASSIGNMENT / NAME), check=False
+    )
+    assert "Success! Your notebook passes all the tests." in validated.stdout, (
+        "the Validate button agrees with autograde"
+    )
+    validated = ck.nbgrader(
+        course, "validate", str(course / "submitted" / "wrong" / ASSIGNMENT / NAME), check=False
+    )
+    assert "VALIDATION FAILED ON 1 CELL(S)!" in validated.stdout, "and still fails a wrong answer"
