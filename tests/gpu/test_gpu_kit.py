@@ -1,7 +1,8 @@
-"""The GPU kit (coursetools.gpurun.kit) on a CPU: the suite it adds beside an existing PyTorch, only what the
-machine lacks (`make wheelhouse HAVE=...`), installed offline without ever replacing that PyTorch; the kit for the
-first GPU machine fits 48 MiB; a stand-in GPU machine built from what CI has installs the kit with no index
-reachable and runs the runner end to end in a CPU rehearsal, grading included."""
+"""The GPU kit (coursetools.gpurun.kit) on a CPU: the suite it adds beside an existing PyTorch, only
+what the machine lacks (`make wheelhouse HAVE=...`), installed offline without ever replacing that
+PyTorch; the kit for the first GPU machine fits 48 MiB; a stand-in GPU machine built from what CI
+has installs the kit with no index reachable and runs the runner end to end in a CPU rehearsal,
+grading included."""
 
 from __future__ import annotations
 
@@ -162,7 +163,8 @@ def test_the_kits_one_command_is_valid_shell_and_runs_the_three_steps(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_test_gpu_in_an_existing_environment_make_wheelhouse_and_make_gpu_kit():
-    """What make would run (make -n): the named Python's environment, never .venv's set-up; the wheels and kit."""
+    """What make would run (make -n): the named Python's environment, never .venv's set-up; the
+    wheels and kit."""
 
     def dry(*args):
         env = {
@@ -221,7 +223,8 @@ def _wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
         f"{name}/__init__.py": f"__version__ = {version!r}\n",
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
         + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
     }
     files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
     path = folder / f"{name}-{version}-py3-none-any.whl"
@@ -235,8 +238,9 @@ def _wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
 def test_setup_installs_offline_from_a_wheelhouse_beside_the_present_torch_and_never_replaces_it(
     tmp_path,
 ):
-    """`make test-gpu ENV=system WHEELHOUSE=dir` with no index: the environment has a (fake) torch 2.99; the
-    wheelhouse holds the suite (here two small packages), and a torch 3.0 pip would happily upgrade to."""
+    """`make test-gpu ENV=system WHEELHOUSE=dir` with no index: the environment has a (fake) torch
+    2.99; the wheelhouse holds the suite (here two small packages), and a torch 3.0 pip would
+    happily upgrade to."""
     offline = _offline_env(
         PYTHONPATH=str(ROOT / "tools")
     )  # as `make test-gpu` runs it: from the checkout
@@ -333,7 +337,8 @@ def _index_reachable(tmp_path: Path) -> str | None:
 
 @pytest.mark.slow
 def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
-    """../shared/gpu-machine/packages.txt: Python 3.12, torch 2.11.0+cu130, no Jupyter, 64 MiB a command."""
+    """../shared/gpu-machine/packages.txt: Python 3.12, torch 2.11.0+cu130, no Jupyter, 64 MiB a
+    command."""
     if not GPU_MACHINE.exists():
         pytest.skip(f"{GPU_MACHINE} is not in this checkout's neighbourhood")
     why = _index_reachable(tmp_path)
@@ -357,8 +362,8 @@ def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
 
 
 def _stand_in_base() -> Path:
-    """The environment a stand-in GPU machine is layered on: the Colab set (torch 2.11 CUDA 13, as on the GPU
-    machine) where `make test` built it, else this one."""
+    """The environment a stand-in GPU machine is layered on: the Colab set (torch 2.11 CUDA 13, as
+    on the GPU machine) where `make test` built it, else this one."""
     colab = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ROOT / ".venv-colab") / "bin" / "python"
     if (
         colab.exists()
@@ -370,17 +375,19 @@ def _stand_in_base() -> Path:
 
 @pytest.mark.slow
 def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
-    """A venv layered on an environment with PyTorch (no nbgrader in it) stands in for the GPU machine. The kit
-    is made for what it has, installed with no index reachable, and the one command runs lesson 01 and the
-    grading run's small assignment in a CPU rehearsal: the report says "not validated: no GPU" and lists the
-    claims that would have run; autograde, from nbgrader without its user interface, graded."""
+    """A venv layered on an environment with PyTorch (no nbgrader in it) stands in for the GPU
+    machine. The kit is made for what it has, installed with no index reachable, and the one command
+    runs lesson 01 and the grading run's small assignment in a CPU rehearsal: the report says "not
+    validated: no GPU" and lists the claims that would have run; autograde, from nbgrader without
+    its user interface, graded."""
     why = _index_reachable(tmp_path)
     if why:
         pytest.skip(why)
     base = _stand_in_base()
-    ask = lambda code: subprocess.run(
-        [base, "-c", code], capture_output=True, text=True
-    ).stdout.strip()  # noqa: E731
+
+    def ask(code):
+        return subprocess.run([base, "-c", code], capture_output=True, text=True).stdout.strip()
+
     site, version = (
         ask("import sysconfig; print(sysconfig.get_paths()['purelib'])"),
         ask("import sys; print('%d.%d' % sys.version_info[:2])"),

@@ -33,7 +33,7 @@ MiB, GiB = 2**20, 2**30
 
 @pytest.fixture(scope="module")
 def cuda():
-    """The GPU. Without one: a skip, or in strict mode a RuntimeError (a GPU runner must not skip)."""
+    """The GPU. Without one: a skip, or in strict mode a RuntimeError (a GPU runner never skips)."""
     device = gpucourse.choose_device(verbose=False)
     if device.type != "cuda":
         pytest.skip("needs a CUDA GPU")
@@ -70,7 +70,8 @@ def test_benchmark_agrees_with_cuda_events_on_a_large_matmul(cuda):
         after = _event_seconds(lambda: torch.matmul(a, b))
     events = (before + after) / 2  # either side of the benchmark, so a clock change shows in both
     assert timing.median == pytest.approx(events, rel=0.05), (
-        f"benchmark {timing.median * 1e3:.3f} ms vs CUDA events {before * 1e3:.3f} / {after * 1e3:.3f} ms"
+        f"benchmark {timing.median * 1e3:.3f} ms vs CUDA events {before * 1e3:.3f} / "
+        f"{after * 1e3:.3f} ms"
     )
 
 
@@ -222,9 +223,11 @@ def test_bench_card_on_the_gpu(cuda):
         assert all(row["ratio"] is None for row in rows.values())
 
 
-# ---- grading on the GPU ------------------------------------------------------------------------------------------
+# ---- grading on the GPU
+# ------------------------------------------------------------------------------------------
 def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
-    """A kernel in the grading sandbox (coursetools.grade, GPUs and driver libraries bound) sees the GPU."""
+    """A kernel in the grading sandbox (coursetools.grade, GPUs and driver libraries bound) sees the
+    GPU."""
     from coursetools import grade
 
     problem = grade.sandbox_problem()
@@ -253,8 +256,9 @@ def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
 
 
 def test_autograde_a_small_assignment_with_the_installed_grading_stack(tmp_path):
-    """nbgrader autograde of a three-exercise assignment, in this environment: the right answers score full
-    marks, a wrong one loses exactly its point. No GPU needed (the runner's CPU rehearsal runs it too)."""
+    """nbgrader autograde of a three-exercise assignment, in this environment: the right answers
+    score full marks, a wrong one loses exactly its point. No GPU needed (the runner's CPU rehearsal
+    runs it too)."""
     course = ck.sandbox_course(tmp_path)
     student = ck.read(course / "release" / ck.SANDBOX_ASSIGNMENT / ck.SANDBOX_NAME)
     right = {
@@ -276,7 +280,8 @@ def test_autograde_a_small_assignment_with_the_installed_grading_stack(tmp_path)
 
 @pytest.mark.parametrize("lesson", ck.lessons())
 def test_autograde_on_the_gpu(cuda, lesson, tmp_path, monkeypatch):
-    """The solution scores full marks, the untouched notebook zero, each fixture loses exactly its cells' points."""
+    """The solution scores full marks, the untouched notebook zero, each fixture loses exactly its
+    cells' points."""
     monkeypatch.setenv(
         "GPUCOURSE_REQUIRE_GPU", "1"
     )  # a kernel that cannot see the GPU fails its set-up cell

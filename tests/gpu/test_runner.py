@@ -1,7 +1,8 @@
-"""The GPU runner (coursetools.gpurun) on a CPU: it stops at once without CUDA; its report says exactly what ran
-(what was skipped, each lesson's PyTorch and TensorFlow/DALI parts, every claim, the claims that did not run, the
-GPU's state), and tells a false claim from a flaky one, a busy GPU or the machine's problem. The GPU path itself
-runs on a GPU runner; the kit and the offline set-up are in test_gpu_kit.py."""
+"""The GPU runner (coursetools.gpurun) on a CPU: it stops at once without CUDA; its report says
+exactly what ran (what was skipped, each lesson's PyTorch and TensorFlow/DALI parts, every claim,
+the claims that did not run, the GPU's state), and tells a false claim from a flaky one, a busy GPU
+or the machine's problem. The GPU path itself runs on a GPU runner; the kit and the offline set-up
+are in test_gpu_kit.py."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_the_preflight_is_the_standard_library_only():
     code = (
         "import sys; before = set(sys.modules)\n"
         "from coursetools.gpurun import run, preflight, gpustate, kit, runs\n"
-        "third = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)\n"
+        "third = {m.split('.')[0] for m in set(sys.modules) - before} - "
+        "set(sys.stdlib_module_names)\n"
         "print(sorted(third - {'coursetools'}))"
     )
     done = subprocess.run(
@@ -123,7 +125,8 @@ def test_the_pytorch_check_explains_each_usual_failure():
 
 
 def test_the_machine_checks_say_the_problem_and_its_fix(tmp_path):
-    """torchvision, /dev/shm, an externally managed Python, a compiler: each the machine's, with a fix."""
+    """torchvision, /dev/shm, an externally managed Python, a compiler: each the machine's, with a
+    fix."""
     missing = {
         "torch": "2.11.0+cu130",
         "cuda": "13.0",
@@ -212,8 +215,10 @@ def test_the_claims_catalogue_reads_the_lessons_claims(tmp_path):
         "%matplotlib inline\nfrom gpucourse import claims\n",
         "claims.claim('a literal', 1.0, device=device, at_least=0.5)\n"
         "gpucourse.claims.claim(f'{label}: fast', x, device=device, at_most=1)\n",
-        "claims.claim(text, 2.0, device=device, at_least=1)\nclaims.needs('two GPUs', False, device=d)",
-        "with tf.device('/gpu:0'):\n    claims.claim('tf.data is fast', 2.0, device=device, at_least=1)",
+        "claims.claim(text, 2.0, device=device, at_least=1)\nclaims.needs('two GPUs', False, "
+        "device=d)",
+        "with tf.device('/gpu:0'):\n    claims.claim('tf.data is fast', 2.0, device=device, "
+        "at_least=1)",
     ]
     path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]}))
     found = catalogue.lesson_claims(path)
@@ -255,7 +260,7 @@ def test_copy(cuda):
 &gt;       assert pinned.gbps &gt; pageable.gbps, "pinned 9 GB/s"
 E       AssertionError: pinned 9 GB/s
 E       assert 9.0 &gt; 12.0</failure></testcase>
-</testsuite></testsuites>"""
+</testsuite></testsuites>"""  # noqa: E501 (nbval's JUnit XML, as it writes it)
 
 
 def test_parse_junit(tmp_path):
@@ -458,7 +463,8 @@ def test_report_a_subset_of_lessons_names_the_lessons_not_run():
 
 @pytest.mark.parametrize("installed_set", ["cpu", None, "gpu"])
 def test_report_tensorflow_without_gpu_support(installed_set):
-    """Its cells skip themselves in strict mode: not validated on GPU, except in the GPU set (a failure)."""
+    """Its cells skip themselves in strict mode: not validated on GPU, except in the GPU set (a
+    failure)."""
     tf = {"installed": True, "version": "2.21.0", "is_cuda_build": True, "gpus": 0, "error": None}
     built, _ = _build(
         {**FACTS, "course_set": installed_set, "tensorflow": tf}, [_notebook("05_dali_pipelines")]
@@ -550,7 +556,8 @@ def test_report_a_false_claim_fails_its_lesson_a_flaky_one_is_named_flaky():
         "1x, expected at least 1.5)"
     )
     assert (
-        f"| {oom['notebook']} | checkpointing peaks lower | 0.9x | at most 0.8 | FAIL | the lesson's "
+        f"| {oom['notebook']} | checkpointing peaks lower | 0.9x | at most 0.8 | FAIL | the "
+        "lesson's "
         "arithmetic |"
     ) in markdown
     assert (
@@ -755,13 +762,14 @@ def test_a_lesson_whose_gpu_path_this_machine_cannot_run_is_not_validated():
 
 
 def test_a_false_claim_is_recorded_and_the_claims_after_it_still_run(tmp_path):
-    """A real nbval run of a one-cell lesson, as the runner runs it: strict mode, its claims file, the kernel
-    started by the runner's start-up file. The false claim does not stop the cell; the lesson fails from its
-    claims file; the true claim after it is measured and recorded."""
+    """A real nbval run of a one-cell lesson, as the runner runs it: strict mode, its claims file,
+    the kernel started by the runner's start-up file. The false claim does not stop the cell; the
+    lesson fails from its claims file; the true claim after it is measured and recorded."""
     folder = tmp_path / "07_troubleshooting_oom"
     folder.mkdir()
     cell = (
-        "from gpucourse import claims\ndevice = 'cuda:0'  # a CUDA device string: the claims check\n"
+        "from gpucourse import claims\ndevice = 'cuda:0'  # a CUDA device string: the claims "
+        "check\n"
         "claims.claim('checkpointing peaks lower', 0.9, device=device, at_most=0.8)\n"
         "claims.claim('accumulation peaks lower', 0.5, device=device, at_most=0.65)\n"
         "claims.needs('two GPUs', False, device=device, why='1 GPU visible')\n"
@@ -817,8 +825,8 @@ def test_a_false_claim_is_recorded_and_the_claims_after_it_still_run(tmp_path):
 def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_together(
     tmp_path, monkeypatch
 ):
-    """main() with every run faked: what it asks pytest for, the rerun of a lesson whose claim failed, and the
-    report files it writes."""
+    """main() with every run faked: what it asks pytest for, the rerun of a lesson whose claim
+    failed, and the report files it writes."""
     calls = []
 
     def fake_pytest(args, junit, log, timeout, rehearsal=False, **env):
@@ -854,8 +862,8 @@ def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_toget
     assert built["environment"]["executable"] == sys.executable
     markdown = (tmp_path / "gpu-report.md").read_text()
     assert (
-        "| checkpointing at most 80% of the peak | 0.9 | at most 0.8 | FAIL | the lesson's arithmetic |"
-        in (markdown)
+        "| checkpointing at most 80% of the peak | 0.9 | at most 0.8 | FAIL | the lesson's "
+        "arithmetic |" in (markdown)
     )
     assert "## Grading on the GPU (nbgrader autograde, expected scores): passed" in markdown
 
@@ -866,7 +874,8 @@ def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_toget
     assert built["status"] == "partial" and len(built["skipped"]) == 2, built["skipped"]
 
 
-# ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right answer its points ----
+# ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right
+# answer its points ----
 def _grade_module():
     from coursetools import grade
 
@@ -1008,7 +1017,8 @@ def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
 
 @pytest.mark.slow
 def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_path):
-    """Real autograde (the course's nbgrader_config.py, sandboxed where bubblewrap can be) of a small assignment."""
+    """Real autograde (the course's nbgrader_config.py, sandboxed where bubblewrap can be) of a
+    small assignment."""
     import coursekit as ck
 
     ASSIGNMENT, NAME = ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME
@@ -1016,7 +1026,8 @@ def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_pa
     student = ck.read(course / "release" / ASSIGNMENT / NAME)
     warns = (
         "import logging, warnings\n\ndef double(x):\n"
-        "    logging.getLogger('a.library').warning('falling back to the slow kernel')  # as a library logs\n"
+        "    logging.getLogger('a.library').warning('falling back to the slow kernel')  # as a "
+        "library logs\n"
         "    warnings.warn('this call is deprecated in a library', UserWarning)\n    return {}\n"
     )
     rest = {"square": "def square(x):\n    return x * x", "negate": "def negate(x):\n    return -x"}

@@ -1,7 +1,8 @@
-"""The claims each lesson makes (its `claims.claim(` calls), so a report can name the ones that did not run.
+"""The claims each lesson makes (its `claims.claim(` calls), so a report can name the ones that did
+not run.
 
-A claim's text is a literal, an f-string (its fields match anything) or computed at run time (named by its cell).
-"""
+A claim's text is a literal, an f-string (its fields match anything) or computed at run time (named
+by its cell)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _is_claim(call: ast.Call) -> bool:
 
 
 def _text(node: ast.AST | None) -> tuple[str, str | None]:
-    """(the claim's text as a reader sees it, a regular expression matching it when run) for its first argument."""
+    """(the claim's text as a reader sees it, a regular expression matching it when run) for its
+    first argument."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value, re.escape(node.value)
     if isinstance(node, ast.JoinedStr):
@@ -44,7 +46,8 @@ def _text(node: ast.AST | None) -> tuple[str, str | None]:
 
 
 def lesson_claims(notebook: Path) -> list[dict]:
-    """Each claim call in a notebook: {"cell" (its code cell, as nbval counts), "part", "text", "pattern"}."""
+    """Each claim call in a notebook: {"cell" (its code cell, as nbval counts), "part", "text",
+    "pattern"}."""
     found = []
     for index, (code, part) in enumerate(
         zip(code_cells(notebook), cell_parts(notebook), strict=True)
@@ -62,8 +65,8 @@ def lesson_claims(notebook: Path) -> list[dict]:
 
 
 def match(catalogue: list[dict], recorded: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(catalogue entries some recorded claim matched, entries none did); a computed text matches any
-    recorded claim that no literal or f-string entry explains."""
+    """(catalogue entries some recorded claim matched, entries none did); a computed text matches
+    any recorded claim that no literal or f-string entry explains."""
     texts = [e.get("claim") or "" for e in recorded if e.get("kind", "claim") == "claim"]
     static = [e for e in catalogue if e["pattern"] is not None]
     explained = {t for t in texts for e in static if re.fullmatch(e["pattern"], t, flags=re.S)}
@@ -78,7 +81,8 @@ def match(catalogue: list[dict], recorded: list[dict]) -> tuple[list[dict], list
 
 
 def part_of(catalogue: list[dict], text: str) -> str:
-    """The part (PyTorch, TensorFlow, DALI) of the cell a recorded claim comes from; PyTorch when unknown."""
+    """The part (PyTorch, TensorFlow, DALI) of the cell a recorded claim comes from; PyTorch when
+    unknown."""
     for entry in catalogue:
         if entry["pattern"] is not None and re.fullmatch(entry["pattern"], text or "", flags=re.S):
             return entry["part"]

@@ -1,7 +1,8 @@
-"""The GPU's state before and after a run: was it shared, busy or sliced while the claims were timed?
+"""The GPU's state before and after a run: was it shared, busy or sliced while the claims were
+timed?
 
-Read through nvidia-ml-py (``pynvml``) where it imports, else through NVML with ctypes. Standard library only.
-"""
+Read through nvidia-ml-py (``pynvml``) where it imports, else through NVML with ctypes. Standard
+library only."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class _Utilization(ctypes.Structure):
 
 
 class CtypesReader:
-    """The same fields through the driver's library (the process list as a count: its struct changes)."""
+    """The same fields through the driver's library (the process list as a count: its struct
+    changes)."""
 
     source = "NVML through ctypes"
 
@@ -129,7 +131,7 @@ def _text(value) -> str:
 
 
 def _guarded(fields: dict) -> dict:
-    """Each field read on its own: a GPU that does not support one (MIG on a T4) gives None for it."""
+    """Each field read on its own: a field a GPU does not support (MIG on a T4) is None."""
     state = {}
     for key, read in fields.items():
         try:
@@ -140,7 +142,8 @@ def _guarded(fields: dict) -> dict:
 
 
 def reader():
-    """The NVML reader this machine offers: nvidia-ml-py first, else ctypes; None (and why) without a driver."""
+    """The NVML reader this machine offers: nvidia-ml-py first, else ctypes; None (and why) without
+    a driver."""
     try:
         import pynvml
 
@@ -159,8 +162,8 @@ def reader():
 
 
 def gpu_state(make_reader=reader) -> dict:
-    """{"source", "gpus": [per GPU: name, utilisation, SM clock and its maximum, power limit, compute
-    processes, MIG mode]} or {"error": why} where NVML cannot be read."""
+    """{"source", "gpus": [per GPU: name, utilisation, SM clock and its maximum, power limit,
+    compute processes, MIG mode]} or {"error": why} where NVML cannot be read."""
     found, why = make_reader()
     if found is None:
         return {"error": why}
@@ -174,8 +177,9 @@ def gpu_state(make_reader=reader) -> dict:
 
 
 def busy_reasons(state: dict | None) -> list[str]:
-    """Why timings on this GPU may not be the lesson's: other compute processes, high utilisation, a MIG
-    slice, from a state read before the run (the runner's own processes have not started yet)."""
+    """Why timings on this GPU may not be the lesson's: other compute processes, high utilisation, a
+    MIG slice, from a state read before the run (the runner's own processes have not started yet).
+    """
     reasons = []
     for gpu in (state or {}).get("gpus") or []:
         label = f"GPU {gpu['index']} ({gpu.get('name')})"

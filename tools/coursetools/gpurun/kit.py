@@ -1,10 +1,10 @@
-"""What a GPU machine lacks, and the kit that carries it there: the wheelhouse, the offline set-up, the kit.
+"""What a GPU machine lacks, and the kit that carries it there: the wheelhouse, the offline set-up,
+the kit.
 
-The suite adds, beside the machine's own PyTorch: the lessons' small packages, nbval and its kernel, and
-autograde's stack: nbgrader and jupyter_server without their dependencies (their user interface, JupyterLab and
-the notebook server, is never imported by `nbgrader autograde`), plus exactly what autograde imports
-(tests/gpu/test_runner.py proves it by grading offline in a stand-in machine).
-"""
+The suite adds, beside the machine's own PyTorch: the lessons' small packages, nbval and its kernel,
+and autograde's stack: nbgrader and jupyter_server without their dependencies (their user interface,
+JupyterLab and the notebook server, is never imported by `nbgrader autograde`), plus exactly what
+autograde imports (tests/gpu/test_runner.py proves it by grading offline in a stand-in machine)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from .runs import ROOT
 
 LESSONS = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py")
 RUNNER = ("pytest", "nbval", "ipykernel", "nbformat", "nbclient")
-AUTOGRADE = (  # what `nbgrader autograde` and the course's grading code import, with their own dependencies
+# What `nbgrader autograde` and the course's grading code import (with their own dependencies).
+AUTOGRADE = (
     "nbconvert",
     "jupyter-client",
     "jupyter-core",
@@ -52,7 +53,8 @@ SCRIPT = "gpu-kit.sh"
 
 
 def canonical(requirement: str) -> str:
-    """The normalized (PEP 503) name of a requirement, a bare name or a wheel's name (coursetools.pins)."""
+    """The normalized (PEP 503) name of a requirement, a bare name or a wheel's name
+    (coursetools.pins)."""
     from .. import pins
 
     return pins.package_name(requirement.replace("_", "-"))
@@ -67,7 +69,8 @@ def _pinned(names: tuple[str, ...], pins: dict[str, str] | None) -> list[str]:
 
 
 def suite_requirements(pins: dict[str, str] | None = None) -> list[str]:
-    """What the suite adds beside PyTorch, at the course's pins where it pins them (never a framework)."""
+    """What the suite adds beside PyTorch, at the course's pins where it pins them (never a
+    framework)."""
     return _pinned(SUITE, pins)
 
 
@@ -83,7 +86,7 @@ def have_names(path: Path) -> set[str]:
 
 
 def installed_distributions() -> dict[str, str]:
-    """This Python's distributions, name -> version (the first one on sys.path wins, as imports do)."""
+    """This Python's distributions, name -> version (the first on sys.path wins, as imports do)."""
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         if dist.metadata["Name"]:
@@ -98,8 +101,8 @@ def setup_plan(
     python: str = sys.executable,
     no_deps: list[str] = (),
 ) -> tuple[list[list[str]], str]:
-    """The pip commands adding what this environment lacks (none: no command), and the constraints that keep
-    its PyTorch, TensorFlow, CUDA libraries and NumPy at their present versions."""
+    """The pip commands adding what this environment lacks (none: no command), and the constraints
+    that keep its PyTorch, TensorFlow, CUDA libraries and NumPy at their present versions."""
     keep = sorted((n, v) for n, v in installed.items() if KEEP.fullmatch(n))
     constraints = "".join(f"{name}=={version}\n" for name, version in keep)
     index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
@@ -115,35 +118,42 @@ def setup_plan(
 
 
 def _add_checkout(purelib: str) -> str | None:
-    """gpucourse and coursetools from this checkout, as an editable install adds them; None or why not."""
+    """gpucourse and coursetools from this checkout, as an editable install adds them; None or why
+    not."""
     try:
         (Path(purelib) / "gpucourse-checkout.pth").write_text(
             f"{ROOT / 'utils'}\n{ROOT / 'tools'}\n"
         )
     except OSError as error:
         return (
-            f"cannot add gpucourse to {sys.executable}'s environment ({error}); a read-only site install can "
-            "be extended by a venv: `python -m venv --system-site-packages ENV`, then PYTHON=ENV/bin/python"
+            f"cannot add gpucourse to {sys.executable}'s environment ({error}); a read-only site "
+            "install can "
+            "be extended by a venv: `python -m venv --system-site-packages ENV`, then "
+            "PYTHON=ENV/bin/python"
         )
     return None
 
 
 def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) -> int:
-    """Add what the suite needs to this Python's environment, beside its PyTorch and never replacing it."""
+    """Add what the suite needs to this Python's environment, beside its PyTorch and never replacing
+    it."""
     from .preflight import managed_problem
 
     before = installed_distributions()
     if "torch" not in before:
         print(
-            f"{sys.executable} has no PyTorch: `make test-gpu ENV=system` (or PYTHON=...) needs a Python "
-            "whose environment has a CUDA PyTorch; without ENV and PYTHON, `make test-gpu` builds .venv "
+            f"{sys.executable} has no PyTorch: `make test-gpu ENV=system` (or PYTHON=...) needs a "
+            "Python "
+            "whose environment has a CUDA PyTorch; without ENV and PYTHON, `make test-gpu` builds "
+            ".venv "
             "instead.",
             file=sys.stderr,
         )
         return 2
     if wheelhouse and not Path(wheelhouse).is_dir():
         print(
-            f"the wheelhouse {wheelhouse} is not a folder: `make wheelhouse WHEELHOUSE={wheelhouse}` makes it",
+            f"the wheelhouse {wheelhouse} is not a folder: `make wheelhouse "
+            f"WHEELHOUSE={wheelhouse}` makes it",
             file=sys.stderr,
         )
         return 2
@@ -154,7 +164,8 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
     managed = managed_problem()
     if commands and managed:
         print(
-            f"make test-gpu: the machine's problem: {managed['problem']}.\n  what to do: {managed['fix']}.",
+            f"make test-gpu: the machine's problem: {managed['problem']}.\n  what to do: "
+            f"{managed['fix']}.",
             file=sys.stderr,
         )
         return 2
@@ -168,7 +179,8 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
             if subprocess.run(command).returncode != 0:
                 offline = " (offline: is every wheel in the wheelhouse?)" if wheelhouse else ""
                 print(
-                    f"make test-gpu: adding the suite's packages failed; this environment's PyTorch "
+                    "make test-gpu: adding the suite's packages failed; this environment's "
+                    "PyTorch "
                     f"{before['torch']} is kept as it is{offline}.",
                     file=sys.stderr,
                 )
@@ -181,7 +193,8 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
             return 2
     elif Path(spec.origin or "").parent.parent != ROOT / "utils":
         print(
-            f"note: the gpucourse at {spec.origin} is not this checkout's; the grading run imports that one"
+            f"note: the gpucourse at {spec.origin} is not this checkout's; the grading run "
+            "imports that one"
         )
     after = installed_distributions()
     kept = {
@@ -201,8 +214,9 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
 
 
 def platforms(platform: str) -> list[str]:
-    """``platform`` and the older ones a machine of that platform runs: pip takes `manylinux_2_28_x86_64`
-    literally (it widens only `manylinux2014_*` and `manylinux2010_*`), while most wheels are manylinux2014."""
+    """``platform`` and the older ones a machine of that platform runs: pip takes
+    `manylinux_2_28_x86_64` literally (it widens only `manylinux2014_*` and `manylinux2010_*`),
+    while most wheels are manylinux2014."""
     found = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
     if not found:
         return [platform]
@@ -220,8 +234,9 @@ def download_commands(
     requirements: list[str] | None = None,
     have: set[str] = frozenset(),
 ) -> list[list[str]]:
-    """`pip download` of the suite's wheels (and theirs), then nbgrader's without theirs, binary only; what
-    ``have`` names is not asked for (its dependencies still come: prune() takes out those the machine has)."""
+    """`pip download` of the suite's wheels (and theirs), then nbgrader's without theirs, binary
+    only; what ``have`` names is not asked for (its dependencies still come: prune() takes out those
+    the machine has)."""
     target = ["--python-version", python_version] if python_version else []
     for name in platforms(platform) if platform else []:
         target += ["--platform", name]
@@ -262,8 +277,10 @@ def size_mib(folder: Path) -> float:
 KIT_SCRIPT = """#!/bin/sh
 # The GPU kit's one command (coursetools.gpurun.kit), on the GPU machine, from this folder, offline:
 #   sh gpu-kit.sh [ARTIFACTS [runner options and lessons]]
-# A venv layered on the machine's Python (PYTHON, else python3; its PyTorch and CUDA libraries stay as
-# they are; a PYTHON that is a venv already is used as it is) gets wheels/ offline; every lesson runs
+# A venv layered on the machine's Python (PYTHON, else python3; its PyTorch and CUDA libraries stay
+# as
+# they are; a PYTHON that is a venv already is used as it is) gets wheels/ offline; every lesson
+# runs
 # strictly, grading runs, and the report and the claims land in ARTIFACTS (default: gpu-run).
 set -eu
 cd "$(dirname "$0")"
@@ -288,7 +305,8 @@ $ENV_PY -m coursetools.gpurun --artifacts "$OUT" {options}"$@"
 
 
 def project_files(root: Path = ROOT) -> list[str]:
-    """The checkout's files as they are (tracked and new, not ignored), as `git ls-files` lists them."""
+    """The checkout's files as they are (tracked and new, not ignored), as `git ls-files` lists
+    them."""
     done = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
         capture_output=True,
@@ -306,7 +324,8 @@ def make_kit(
     options: str = "",
     download=None,
 ) -> dict:
-    """The folder to carry: the project, its wheels/ (only what ``have`` lacks), gpu-kit.sh, KIT.json."""
+    """The folder to carry: the project, its wheels/ (only what ``have`` lacks), gpu-kit.sh,
+    KIT.json."""
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
@@ -343,10 +362,13 @@ def kit_message(dest: Path, kit: dict) -> str:
         f"The GPU kit: {dest} ({kit['size_mib']} MiB: the project and {len(kit['wheels'])} wheels; "
         f"{len(kit['left_out'])} left out, the machine has them)"
         + (
-            f"\nIT IS OVER {KIT_LIMIT_MIB} MiB: leave out what the machine has (HAVE=its pip freeze)."
+            f"\nIT IS OVER {KIT_LIMIT_MIB} MiB: leave out what the machine has (HAVE=its pip "
+            "freeze)."
             if over
             else ""
         )
-        + f"\nCopy it to the GPU machine, then run there, in one command:\n    sh {dest.name}/{SCRIPT}\n"
-        f"The report (gpu-report.md, .json) and the claims land in {dest.name}/gpu-run/: bring that folder back."
+        + "\nCopy it to the GPU machine, then run there, in one command:\n"
+        + f"    sh {dest.name}/{SCRIPT}\n"
+        f"The report (gpu-report.md, .json) and the claims land in {dest.name}/gpu-run/: bring "
+        "that folder back."
     )

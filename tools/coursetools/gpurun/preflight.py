@@ -14,11 +14,15 @@ import sys
 import sysconfig
 from pathlib import Path
 
-CPU_ADVICE = "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` explains what it sees."
+CPU_ADVICE = (
+    "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` explains what "
+    "it sees."
+)
 SHM_NEEDED_MIB = (
     1024  # lesson 09's decode workers: 8 workers x prefetch 2 x 12.6 MB batches, with room to spare
 )
-# What a lesson's code says when it needs the part of the machine a check looks at (notebook_uses in runs.py).
+# What a lesson's code says when it needs the part of the machine a check looks at (notebook_uses in
+# runs.py).
 TORCHVISION_NEEDLES = ("torchvision", "jpeg_dataset(")
 LOADER_NEEDLES = ("num_workers",)
 NVML_LIBRARIES = (
@@ -38,7 +42,8 @@ def _nvml_library():
 
 
 def nvml_gpus() -> tuple[int | None, str]:
-    """(number of GPUs the NVIDIA driver lists, "") or (None, why not), through NVML with ctypes only."""
+    """(number of GPUs the NVIDIA driver lists, "") or (None, why not), through NVML with ctypes
+    only."""
     lib, error = _nvml_library()
     if lib is None:
         return None, error
@@ -61,7 +66,8 @@ def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
     if visible is not None and visible.strip() in {"", "-1"}:
         return (
             f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from CUDA",
-            "unset it (`unset CUDA_VISIBLE_DEVICES`) or name the GPU to test, e.g. CUDA_VISIBLE_DEVICES=0",
+            "unset it (`unset CUDA_VISIBLE_DEVICES`) or name the GPU to test, e.g. "
+            "CUDA_VISIBLE_DEVICES=0",
         )
     count, error = nvml()
     if count is None:
@@ -79,12 +85,14 @@ def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
 
 
 def cuda_problem(report: dict, python: str = sys.executable) -> tuple[str, str] | None:
-    """(why, what to do) when PyTorch cannot use CUDA, from ``python -m gpucourse doctor --json``'s report."""
+    """(why, what to do) when PyTorch cannot use CUDA, from ``python -m gpucourse doctor --json``'s
+    report."""
     torch_ = (report.get("facts") or {}).get("torch") or {}
     if not torch_.get("installed"):
         return (
             f"PyTorch is not installed for {python}",
-            "`make test-gpu` sets up .venv with the course environment; or install torch into this Python",
+            "`make test-gpu` sets up .venv with the course environment; or install torch into "
+            "this Python",
         )
     if torch_.get("error"):
         return (
@@ -94,7 +102,8 @@ def cuda_problem(report: dict, python: str = sys.executable) -> tuple[str, str] 
     if not torch_.get("cuda"):
         return (
             f"PyTorch {torch_.get('version')} is a CPU-only build",
-            "install a CUDA build of PyTorch (the command at https://pytorch.org/get-started/locally/)",
+            "install a CUDA build of PyTorch (the command at "
+            "https://pytorch.org/get-started/locally/)",
         )
     if not torch_.get("cuda_available"):
         errors = [f for f in report.get("findings") or [] if f.get("level") == "error"]
@@ -115,17 +124,20 @@ def stop_message(problem: tuple[str, str]) -> str:
     )
 
 
-# ---- the machine's problems: each {"code", "problem", "fix", "needles"} (the lessons whose code holds a needle)
+# ---- the machine's problems: each {"code", "problem", "fix", "needles"} (the lessons whose code
+# holds a needle)
 VISION_PROBE = (
     "import json, torch\nfacts = {'torch': torch.__version__, 'cuda': torch.version.cuda}\n"
     "try:\n    import torchvision\n    from torchvision.extension import _check_cuda_version\n"
     "    facts.update(torchvision=torchvision.__version__, vision_cuda=_check_cuda_version())\n"
-    "except Exception as exc:\n    facts['error'] = f'{type(exc).__name__}: {exc}'\nprint(json.dumps(facts))\n"
+    "except Exception as exc:\n    facts['error'] = f'{type(exc).__name__}: "
+    "{exc}'\nprint(json.dumps(facts))\n"
 )
 
 
 def probe_torchvision(python: str = sys.executable) -> dict:
-    """torch's and torchvision's versions and CUDA builds, or the error importing them, from ``python``."""
+    """torch's and torchvision's versions and CUDA builds, or the error importing them, from
+    ``python``."""
     try:
         done = subprocess.run(
             [python, "-c", VISION_PROBE], capture_output=True, text=True, timeout=300
@@ -136,7 +148,8 @@ def probe_torchvision(python: str = sys.executable) -> dict:
 
 
 def torchvision_problem(facts: dict) -> dict | None:
-    """torchvision missing, failing, or built for another CUDA than torch (probe_torchvision's facts)."""
+    """torchvision missing, failing, or built for another CUDA than torch (probe_torchvision's
+    facts)."""
     if "torch" not in facts:
         return None  # no PyTorch: cuda_problem says so
     fix = (
@@ -151,13 +164,14 @@ def torchvision_problem(facts: dict) -> dict | None:
         }
     built = facts.get("vision_cuda")
     if facts.get("cuda") and isinstance(built, int) and built <= 0:
-        why = f"torchvision {facts['torchvision']} has no CUDA kernels beside torch's CUDA {facts['cuda']}"
+        vision, cuda = facts["torchvision"], facts["cuda"]
+        why = f"torchvision {vision} has no CUDA kernels beside torch's CUDA {cuda}"
         return {"code": "torchvision", "problem": why, "fix": fix}
     return None
 
 
 def shm_problem(path: str = "/dev/shm", needed_mib: int = SHM_NEEDED_MIB) -> dict | None:
-    """A /dev/shm smaller than the loader lessons' worker batches need (Docker's default is 64 MB)."""
+    """A /dev/shm smaller than the loader lessons' worker batches need (Docker gives 64 MB)."""
     try:
         stat = os.statvfs(path)
     except OSError:
@@ -175,29 +189,35 @@ def shm_problem(path: str = "/dev/shm", needed_mib: int = SHM_NEEDED_MIB) -> dic
         return None
     return {
         "code": "shm",
-        "problem": f"{path} holds {size_mib:.0f} MiB; DataLoader workers need about {needed_mib} MiB "
+        "problem": f"{path} holds {size_mib:.0f} MiB; DataLoader workers need about "
+        f"{needed_mib} MiB "
         "(a bus error kills them)",
-        "fix": "give the container more shared memory (`docker run --shm-size=2g`, or `--ipc=host`)",
+        "fix": "give the container more shared memory (`docker run --shm-size=2g`, or "
+        "`--ipc=host`)",
     }
 
 
 def managed_problem(
     stdlib: str | None = None, prefix: str = sys.prefix, base: str = sys.base_prefix
 ):
-    """A Python whose environment pip may not install into (PEP 668 "externally managed"), outside a venv."""
+    """A Python whose environment pip may not install into (PEP 668 "externally managed"), outside a
+    venv."""
     marker = Path(stdlib or sysconfig.get_paths()["stdlib"]) / "EXTERNALLY-MANAGED"
     if prefix != base or not marker.exists():
         return None
     return {
         "code": "externally-managed",
-        "problem": f"{sys.executable}'s environment is externally managed (PEP 668): pip may not add to it",
-        "fix": "run from a venv layered on it: `python3 -m venv --system-site-packages --without-pip "
+        "problem": f"{sys.executable}'s environment is externally managed (PEP 668): pip may not "
+        "add to it",
+        "fix": "run from a venv layered on it: `python3 -m venv --system-site-packages "
+        "--without-pip "
         ".gpu-env`, then PYTHON=.gpu-env/bin/python (the GPU kit's command does this)",
     }
 
 
 def compiler_problem(environ=os.environ, which=shutil.which, include: str | None = None):
-    """No C compiler or no Python.h: torch.compile's Inductor and Triton build their launchers with them."""
+    """No C compiler or no Python.h: torch.compile's Inductor and Triton build their launchers with
+    them."""
     compiler = next(
         (which(c) for c in (environ.get("CC"), "gcc", "clang", "cc") if c and which(c)), None
     )
@@ -211,8 +231,10 @@ def compiler_problem(environ=os.environ, which=shutil.which, include: str | None
         return None
     return {
         "code": "compiler",
-        "problem": f"no {' and no '.join(missing)}: torch.compile cannot build its kernels' launchers",
-        "fix": "install them (`apt-get install build-essential python3-dev`, or your distribution's)",
+        "problem": f"no {' and no '.join(missing)}: torch.compile cannot build its kernels' "
+        "launchers",
+        "fix": "install them (`apt-get install build-essential python3-dev`, or your "
+        "distribution's)",
     }
 
 
@@ -227,7 +249,8 @@ def machine_problems(vision: dict | None = None, **checks) -> list[dict]:
     return [{**p, **APPLIES[p["code"]]} for p in found if p]
 
 
-# Which lessons a problem touches (their code holds a needle) and the failures it explains (a regex).
+# Which lessons a problem touches (their code holds a needle) and the failures it explains (a
+# regex).
 APPLIES = {
     "torchvision": {"needles": list(TORCHVISION_NEEDLES), "symptoms": r"torchvision"},
     "shm": {

@@ -1,4 +1,5 @@
-"""The report in Markdown: a headline that names what failed, what was skipped and what was not validated."""
+"""The report in Markdown: a headline that names what failed, what was skipped and what was not
+validated."""
 
 from __future__ import annotations
 
@@ -63,14 +64,16 @@ def headline(report: dict) -> str:
     if status == "rehearsal":
         would = sum(len(r["would_check"]) for r in rows)
         return (
-            f"REHEARSAL ON A CPU: not validated: no GPU ({len(rows)} lesson(s) ran; {would} claim(s) "
+            f"REHEARSAL ON A CPU: not validated: no GPU ({len(rows)} lesson(s) ran; {would} "
+            "claim(s) "
             f"would have been checked on a GPU){tail}"
         )
     if status == "failed":
         return f"FAILED: {len(report['problems'])} problem(s) (below){tail}"
     if status == "inconclusive":
         return (
-            "INCONCLUSIVE: failures that are the machine's (a missing package, a small /dev/shm) or "
+            "INCONCLUSIVE: failures that are the machine's (a missing package, a small /dev/shm) "
+            "or "
             f"claims measured on a busy GPU (below){tail}"
         )
     if status == "partial":
@@ -85,12 +88,17 @@ def _environment_lines(env: dict) -> list[str]:
     return [
         f"- device: {env.get('device')} (compute capability {env.get('compute_capability')}, "
         f"{env.get('memory_gib')} GiB; {env.get('gpus_visible')} visible to PyTorch, "
-        f"{env.get('gpus_on_machine')} on the machine, CUDA_VISIBLE_DEVICES={env.get('cuda_visible_devices')})",
-        f"- NVIDIA driver {env.get('driver')} (CUDA {env.get('driver_cuda')}); PyTorch {env.get('torch')} "
+        f"{env.get('gpus_on_machine')} on the machine, "
+        f"CUDA_VISIBLE_DEVICES={env.get('cuda_visible_devices')})",
+        f"- NVIDIA driver {env.get('driver')} (CUDA {env.get('driver_cuda')}); PyTorch "
+        f"{env.get('torch')} "
         f"(CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')})",
-        f"- TensorFlow: {env.get('tensorflow')}; DALI: {env.get('dali')}; DALI's TensorFlow plugin: "
-        f"{'installed' if env.get('dali_tf_plugin') else 'not installed'}; C compiler: {env.get('c_compiler')}",
-        f"- Python {env.get('python')} ({env.get('executable')}) on {env.get('platform')}; gpucourse "
+        f"- TensorFlow: {env.get('tensorflow')}; DALI: {env.get('dali')}; DALI's TensorFlow "
+        "plugin: "
+        f"{'installed' if env.get('dali_tf_plugin') else 'not installed'}; C compiler: "
+        f"{env.get('c_compiler')}",
+        f"- Python {env.get('python')} ({env.get('executable')}) on {env.get('platform')}; "
+        "gpucourse "
         f"{env.get('gpucourse')}, pytest {env.get('pytest')}, nbval {env.get('nbval')}, "
         f"nbgrader {env.get('nbgrader')}",
         f"- commit {env.get('commit')}; {env.get('date')}",
@@ -105,7 +113,8 @@ def _gpu_state_lines(report: dict) -> list[str]:
     if not any(state for _, state in states):
         return [*lines, "- not read (no NVML on this machine)"]
     lines += [
-        "| when | GPU | utilisation | SM clock / max | power limit | other compute processes | MIG |",
+        "| when | GPU | utilisation | SM clock / max | power limit | other compute processes | "
+        "MIG |",
         "|---|---|---|---|---|---|---|",
     ]
     for when, state in states:
@@ -114,8 +123,10 @@ def _gpu_state_lines(report: dict) -> list[str]:
             continue
         for gpu in state.get("gpus", []):
             lines.append(
-                f"| {when} | {gpu['index']}: {_cell(gpu.get('name'))} | {gpu.get('utilization_percent')}% | "
-                f"{gpu.get('sm_clock_mhz')} / {gpu.get('sm_clock_max_mhz')} MHz | {gpu.get('power_limit_w')} W "
+                f"| {when} | {gpu['index']}: {_cell(gpu.get('name'))} | "
+                f"{gpu.get('utilization_percent')}% | "
+                f"{gpu.get('sm_clock_mhz')} / {gpu.get('sm_clock_max_mhz')} MHz | "
+                f"{gpu.get('power_limit_w')} W "
                 f"| {len(gpu.get('processes') or [])} | {gpu.get('mig') or '-'} |"
             )
     busy = report.get("busy") or []
@@ -157,7 +168,8 @@ def _lesson_lines(report: dict) -> list[str]:
             lines.append(f"\n{row['notebook']}: first failure {row['failed_cells'][0]}{later}")
         if row["machine_cause"]:
             lines.append(
-                f"\n{row['notebook']}: the machine's problem, not the lesson's: {row['machine_cause']}"
+                f"\n{row['notebook']}: the machine's problem, not the lesson's: "
+                f"{row['machine_cause']}"
             )
         lines += [f"\n{row['notebook']}: claim FAILED: {claim}" for claim in row["failed_claims"]]
     return lines
@@ -236,7 +248,8 @@ def render_markdown(report: dict) -> str:
                 "",
                 f"## {title}: {part['result']}",
                 "",
-                f"{part['passed']} passed, {len(part['failed'])} failed, {len(part['skipped'])} skipped "
+                f"{part['passed']} passed, {len(part['failed'])} failed, {len(part['skipped'])} "
+                "skipped "
                 f"in {part['seconds']} s",
                 *[f"- FAILED {t}" for t in part["failed"]],
                 *[f"- skipped {t}" for t in part["skipped"]],

@@ -1,10 +1,11 @@
-"""The report as plain data, built from what ran, one small rule at a time. Pure: tested on faked runs.
+"""The report as plain data, built from what ran, one small rule at a time. Pure: tested on faked
+runs.
 
-A lesson's result is the worst of its parts' (PyTorch, TensorFlow, DALI): failed > timeout > machine (its
-failure is the machine's: a missing package, a small /dev/shm) > inconclusive (a claim failed on a busy GPU)
-> not validated (a part this machine could not exercise, or no GPU at all) > passed. A false claim is told
-apart from a flaky one (it passed when its lesson ran again) and from one measured on a busy GPU.
-"""
+A lesson's result is the worst of its parts' (PyTorch, TensorFlow, DALI): failed > timeout > machine
+(its failure is the machine's: a missing package, a small /dev/shm) > inconclusive (a claim failed
+on a busy GPU) > not validated (a part this machine could not exercise, or no GPU at all) > passed.
+A false claim is told apart from a flaky one (it passed when its lesson ran again) and from one
+measured on a busy GPU."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ NO_GPU = "no GPU: a CPU rehearsal"
 
 
 def need_status(facts: dict) -> dict[str, str | None]:
-    """For each need of NEEDS bar "claims" (which depends on the run): None when met here, else why not."""
+    """For each need of NEEDS bar "claims" (which depends on the run): None when met here, else why
+    not."""
     status: dict[str, str | None] = {}
     for name in FRAMEWORKS:
         info = facts.get(name) or {}
@@ -104,7 +106,8 @@ def _unmet(nb: dict, status: dict, rehearsal: bool) -> list[tuple[str, str, str]
 
 
 def _classify_claims(nb: dict, busy: list[str]) -> list[dict]:
-    """Each claim checked on the GPU, with its verdict: pass, false, flaky (passed when run again), busy."""
+    """Each claim checked on the GPU, with its verdict: pass, false, flaky (passed when run again),
+    busy."""
     again = {
         e.get("claim"): e for e in (nb.get("rerun") or {}).get("claims", []) if e["kind"] == "claim"
     }
@@ -123,8 +126,8 @@ def _classify_claims(nb: dict, busy: list[str]) -> list[dict]:
 
 
 def _machine_cause(nb: dict, bad: list[dict], machine: list[dict]) -> str | None:
-    """The machine's reason for a lesson's failed cells, when there is one: a missing package, a problem
-    the preflight found whose part of the machine the lesson's code uses."""
+    """The machine's reason for a lesson's failed cells, when there is one: a missing package, a
+    problem the preflight found whose part of the machine the lesson's code uses."""
     for case in bad:
         found = MISSING_MODULE.search(case.get("message") or "")
         if found:
@@ -138,7 +141,7 @@ def _machine_cause(nb: dict, bad: list[dict], machine: list[dict]) -> str | None
 
 
 def lesson_row(nb: dict, status: dict, facts: dict, run: dict) -> dict:
-    """One lesson: its parts' results, its claims and their verdicts, the claims that did not run."""
+    """One lesson: its parts' results, its claims and verdicts, the claims that did not run."""
     parts_of_cells = nb.get("parts") or []
     entries = claims_catalogue_for(nb, run)
     cases = nb.get("cases", [])
@@ -207,7 +210,7 @@ def _part_of_case(case: dict, parts: list[str]) -> str:
 
 
 def pytest_part(result: dict | None, label: str, not_validated: list[dict]) -> dict | None:
-    """A pytest run's summary (the gpu tests, grading); a skipped test is not validated on the GPU."""
+    """A pytest run's summary (gpu tests, grading); a skipped test is not validated on the GPU."""
     if result is None:
         return None
     cases = result.get("cases", [])
@@ -287,10 +290,10 @@ def build_report(
     grading: dict | None = None,
     run: dict | None = None,
 ) -> dict:
-    """The report from the runs' results. ``notebooks``: runs.run_lesson's results (a "rerun" of the lesson
-    where a claim failed); ``gpu_tests``, ``grading``: run_pytest's results, None when not run; ``run``: what
-    was asked and seen: all_lessons, catalogue, machine (preflight problems), gpu_before/gpu_after, rehearsal,
-    grading_skipped, gpu_tests_skipped."""
+    """The report from the runs' results. ``notebooks``: runs.run_lesson's results (a "rerun" of the
+    lesson where a claim failed); ``gpu_tests``, ``grading``: run_pytest's results, None when not
+    run; ``run``: what was asked and seen: all_lessons, catalogue, machine (preflight problems),
+    gpu_before/gpu_after, rehearsal, grading_skipped, gpu_tests_skipped."""
     from .render import environment
 
     run = dict(run or {})

@@ -1,16 +1,16 @@
 """`make test-gpu`, `make wheelhouse`, `make gpu-kit`: the GPU runner's command line.
 
-    python -m coursetools.gpurun                      # check the machine, run everything, write test-artifacts/
-    python -m coursetools.gpurun 04_mixed_precision   # only these lessons (and their grading); the rest: NOT RUN
-    python -m coursetools.gpurun --preflight          # only the quick check (standard library only)
-    python -m coursetools.gpurun --rehearse 01_verify_gpu  # a CPU rehearsal: report "not validated: no GPU"
-    python -m coursetools.gpurun --setup [--wheelhouse DIR]  # add what the suite lacks beside this PyTorch
+    python -m coursetools.gpurun                     # check the machine, run all: test-artifacts/
+    python -m coursetools.gpurun 04_mixed_precision  # these lessons (and grading); others: NOT RUN
+    python -m coursetools.gpurun --preflight         # only the quick check (standard library only)
+    python -m coursetools.gpurun --rehearse 01_verify_gpu   # on a CPU: "not validated: no GPU"
+    python -m coursetools.gpurun --setup [--wheelhouse DIR] # add what the suite lacks, offline
     python -m coursetools.gpurun --download DIR [--have FREEZE] [--python-version 3.12 --platform P]
     python -m coursetools.gpurun --kit DIR --have FREEZE [--python-version 3.12 --platform P]
 
-Exit status: 0 when everything that ran passed (1 with --require-all if a part was not validated or not run),
-1 when something failed or could not be judged (the machine's problem, a busy GPU), 2 when nothing could run.
-"""
+Exit status: 0 when everything that ran passed (1 with --require-all if a part was not validated or
+not run), 1 when something failed or could not be judged (the machine's problem, a busy GPU), 2 when
+nothing could run."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import gpustate, kit, preflight, runs
 
-GRADING = "autograde"  # the gpu tests whose name holds this are the grading run (tests/gpu/test_on_cuda.py)
+GRADING = "autograde"  # the gpu tests whose name holds this are the grading run (CUDA_TESTS)
 CUDA_TESTS = "tests/gpu/test_on_cuda.py"
 
 
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     strict = "a CPU rehearsal, no strict mode" if args.rehearse else f"{runs.REQUIRE_GPU_VAR}=1"
     print(
-        f"{strict}; {len(notebooks)} notebook(s), then the gpu tests, grading, the bench. Logs: {artifacts}"
+        f"{strict}; {len(notebooks)} notebook(s), then the gpu tests, grading, the bench. Logs: "
+        f"{artifacts}"
     )
     results = run_lessons(notebooks, artifacts, args)
     gpu_tests = grading = bench = None

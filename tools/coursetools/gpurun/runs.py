@@ -1,10 +1,9 @@
-"""The runs the report is built from: a lesson under nbval with its claims file, pytest, the doctor, the bench.
+"""The runs the report is built from: a lesson under nbval with its claims file, pytest, the doctor,
+the bench.
 
-Each lesson's kernel starts with the runner's IPython start-up file (KERNEL_STARTUP): with GPUCOURSE_CLAIMS_DEFER=1
-a false claim in strict mode is recorded and printed but does not stop its cell, so the claims after it are measured
-too and the lesson fails at the end, from its claims file; with GPUCOURSE_REHEARSAL=1 (a CPU rehearsal) each claim
-and precondition the lesson would check on a GPU is recorded as "not checked".
-"""
+Each lesson's kernel starts with the runner's IPython start-up file, kernel_startup.py: a false
+claim is recorded and its cell goes on (GPUCOURSE_CLAIMS_DEFER=1); in a CPU rehearsal
+(GPUCOURSE_REHEARSAL=1) each claim the lesson would check on a GPU is recorded as "not checked"."""
 
 from __future__ import annotations
 
@@ -35,65 +34,27 @@ NEEDS = {  # what a notebook's code says when its GPU path needs it -> its name 
     "compiler": (("torch.compile(",), "a C compiler"),
     "claims": (("claims.claim(", "import claim"), "the lesson's GPU claims"),
 }
-# A code cell belongs to the TensorFlow or DALI part of its lesson when it matches; else (the set-up cell too) to
-# the PyTorch part.
+# A code cell belongs to the TensorFlow or DALI part of its lesson when it matches; else (the set-up
+# cell too) to the PyTorch part.
 PARTS = {
     "TensorFlow": re.compile(r"\btf\.|\bkeras\b|import_tensorflow\(|^\s*import tensorflow", re.M),
     "DALI": re.compile(r"\bdali\b|import_dali\(|pipeline_def|nvidia\.dali"),
 }
 SETUP_CELL = "# Set-up:"
-KERNEL_STARTUP = '''"""The GPU runner's kernel start-up (coursetools.gpurun.runs): claims recorded, never stopping a cell."""
-import json
-import os
-
-if os.environ.get("{defer}") == "1" or os.environ.get("{rehearsal}") == "1":
-    try:
-        from gpucourse import claims as _claims
-    except Exception as _exc:  # the lesson's own import will say what is wrong
-        print(f"gpurun start-up: gpucourse.claims not importable ({{_exc}})")
-    else:
-        if os.environ.get("{defer}") == "1":
-            _claims.gpu_required = lambda: False  # claim() records and prints a false claim, and goes on
-        if os.environ.get("{rehearsal}") == "1":
-            _claim, _needs = _claims.claim, _claims.needs
-
-            def claim(text, measured, *, device, **bounds):
-                result = _claim(text, measured, device=device, **bounds)
-                if result is None:
-                    _record({{"kind": "claim", "claim": text, "measured": float(measured),
-                             "bound": _bound(bounds), "unit": bounds.get("unit", ""), "passed": None,
-                             "checked": False, "device": str(device), "source": bounds.get("source", "")}})
-                return result
-
-            def needs(what, met, *, device, why=""):
-                if str(device).split(":")[0] != "cuda":
-                    _record({{"kind": "precondition", "what": what, "met": bool(met), "why": why,
-                             "checked": False, "device": str(device)}})
-                return _needs(what, met, device=device, why=why)
-
-            def _bound(bounds):
-                words = (("at least", bounds.get("at_least")), ("at most", bounds.get("at_most")))
-                unit = bounds.get("unit", "")
-                return " and ".join(f"{{w}} {{v:g}}{{unit}}" for w, v in words if v is not None)
-
-            def _record(entry):
-                with open(os.environ["{claims}"], "a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry) + "\\n")
-
-            _claims.claim, _claims.needs = claim, needs
-'''.format(defer=DEFER_VAR, rehearsal=REHEARSAL_VAR, claims=CLAIMS_VAR)
 
 
 def kernel_ipython_dir(artifacts: Path) -> Path:
-    """An IPYTHONDIR whose default profile starts each kernel with KERNEL_STARTUP."""
+    """An IPYTHONDIR whose default profile starts each kernel with kernel_startup.py."""
     folder = Path(artifacts) / "ipython"
     (folder / "profile_default" / "startup").mkdir(parents=True, exist_ok=True)
-    (folder / "profile_default" / "startup" / "00-gpurun.py").write_text(KERNEL_STARTUP)
+    shutil.copy(
+        Path(__file__).with_name("kernel_startup.py"), folder / "profile_default" / "startup"
+    )
     return folder
 
 
 def subprocess_env(rehearsal: bool = False, **extra: str) -> dict:
-    """Strict mode on (off in a rehearsal), gpucourse and coursetools importable from this checkout."""
+    """Strict mode on (off in a rehearsal); gpucourse and coursetools from this checkout."""
     env = {
         k: v for k, v in os.environ.items() if k not in {CLAIMS_VAR, REQUIRE_GPU_VAR, REHEARSAL_VAR}
     }
@@ -110,7 +71,8 @@ def code_cells(path: Path) -> list[str]:
 
 
 def notebook_uses(path: Path) -> list[str]:
-    """What a notebook's code cells need on their GPU path (NEEDS' keys: "tensorflow", "two-gpus", ...)."""
+    """What a notebook's code cells need on their GPU path (NEEDS' keys: "tensorflow", "two-gpus",
+    ...)."""
     code = "\n".join(code_cells(path))
     return [name for name, (needles, _) in NEEDS.items() if any(n in code for n in needles)]
 
@@ -126,7 +88,8 @@ def cell_parts(path: Path) -> list[str]:
 
 
 def read_claims(path: Path) -> list[dict]:
-    """The JSON lines gpucourse.claims wrote (claims and preconditions); a line it could not finish is skipped."""
+    """The JSON lines gpucourse.claims wrote (claims and preconditions); a line it could not finish
+    is skipped."""
     if not Path(path).exists():
         return []
     entries = []
@@ -144,7 +107,8 @@ EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b
 
 
 def summarize(text: str, limit: int = 300) -> str:
-    """One line from a failure report: its last exception line (nbval's reports end with it), else its first."""
+    """One line from a failure report: its last exception line (nbval's reports end with it), else
+    its first."""
     lines = [
         re.sub(r"^E\s+", "", s.strip()) for s in strip_ansi(text or "").splitlines() if s.strip()
     ]
@@ -213,7 +177,8 @@ def run_pytest(
 
 
 def run_lesson(path: Path, artifacts: Path, timeout: float, run=None, rehearsal=False) -> dict:
-    """One solution notebook under nbval, its claims in a fresh file, its kernel started by KERNEL_STARTUP."""
+    """One solution notebook under nbval, its claims in a fresh file, its kernel started by
+    kernel_startup.py."""
     run = run or run_pytest
     lesson = path.parent.name
     rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
@@ -240,8 +205,8 @@ def run_lesson(path: Path, artifacts: Path, timeout: float, run=None, rehearsal=
 
 
 def local_facts() -> dict:
-    """What the doctor does not report and the lessons' GPU paths need: a C compiler with Python's headers
-    (Inductor and Triton build their launchers with them), DALI's TensorFlow plugin."""
+    """What the doctor does not report and the lessons' GPU paths need: a C compiler with Python's
+    headers (Inductor and Triton build their launchers with them), DALI's TensorFlow plugin."""
     from .preflight import compiler_problem
 
     compiler = next(
@@ -264,7 +229,7 @@ def local_facts() -> dict:
 
 
 def doctor_report() -> dict:
-    """``python -m gpucourse doctor --json`` in a child process (it exits 1 when it finds an error)."""
+    """``python -m gpucourse doctor --json`` in a child process (it exits 1 on an error)."""
     done = subprocess.run(
         [sys.executable, "-m", "gpucourse", "doctor", "--json"],
         cwd=ROOT,
