@@ -1,7 +1,8 @@
 """Compatibility names: the grading code lives in ``coursetools.grading`` (one module per job).
 
-Kept for the files that still import ``coursetools.grade`` (the GPU tests); new code imports the modules of
-``coursetools.grading``. ``python -m coursetools.grade`` is ``python -m coursetools.grading``.
+Kept for the files that still import ``coursetools.grade`` (the GPU tests); new code imports the
+modules of ``coursetools.grading``. ``python -m coursetools.grade`` is ``python -m
+coursetools.grading``.
 """
 
 from __future__ import annotations
