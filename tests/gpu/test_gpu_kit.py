@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from coursetools.gpurun import kit
+from coursetools.gpurun import kit, wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_MACHINE = ROOT.parent / "shared" / "gpu-machine" / "packages.txt"
@@ -40,7 +40,7 @@ def _offline_env(**extra) -> dict:
 
 
 def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
-    suite, bare = kit.suite_requirements(), kit.no_deps_requirements()
+    suite, bare = wheels.suite_requirements(), wheels.no_deps_requirements()
     assert "nbval==0.11.0" in suite and "ipykernel==7.4.0" in suite and "sqlalchemy" in suite
     assert bare == ["nbgrader==0.9.6", "jupyter-server"], "nbgrader without its user interface"
     assert not [
@@ -56,7 +56,7 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
         "nvidia-ml-py": "12.575.51",
         "jupyterlab": "4.0.0",
     }
-    commands, constraints = kit.setup_plan(present, suite, "/wh", python="/opt/py", no_deps=bare)
+    commands, constraints = wheels.setup_plan(present, suite, "/wh", python="/opt/py", no_deps=bare)
     assert (
         constraints
         == "numpy==1.26.4\nnvidia-cudnn-cu12==9.10.2.21\ntorch==2.8.0a0+5228986c39.nv25.06\n"
@@ -78,12 +78,12 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
     )
     assert "ipykernel==7.4.0" in suite_install and "nvidia-ml-py==13.615.71" not in suite_install
     assert bare_install[-3:] == ["--no-deps", "nbgrader==0.9.6", "jupyter-server"]
-    everything = {kit.canonical(r): "1" for r in suite + bare}
-    assert kit.setup_plan({**present, **everything}, suite, no_deps=bare)[0] == [], (
+    everything = {wheels.canonical(r): "1" for r in suite + bare}
+    assert wheels.setup_plan({**present, **everything}, suite, no_deps=bare)[0] == [], (
         "nothing left to add"
     )
 
-    first, second = kit.download_commands("/wh", "3.12", "manylinux_2_28_x86_64")
+    first, second = wheels.download_commands("/wh", "3.12", "manylinux_2_28_x86_64")
     assert first[1:6] == [
         "-m",
         "pip",
@@ -102,7 +102,7 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
     )
     assert platforms[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"]
     assert platforms[-3:] == ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
-    assert kit.platforms("win_amd64") == ["win_amd64"]
+    assert wheels.platforms("win_amd64") == ["win_amd64"]
 
 
 def test_only_what_the_machine_lacks(tmp_path):
@@ -111,9 +111,9 @@ def test_only_what_the_machine_lacks(tmp_path):
         "# a comment\ntorch==2.11.0+cu130\nNumPy==2.5.2\njupyter_core\n-e git+https://x/y\n"
         "pillow @ file:///build/pillow\n\n"
     )
-    assert kit.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
+    assert wheels.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
     if GPU_MACHINE.exists():
-        names = kit.have_names(GPU_MACHINE)
+        names = wheels.have_names(GPU_MACHINE)
         assert {
             "torch",
             "torchvision",
@@ -127,7 +127,7 @@ def test_only_what_the_machine_lacks(tmp_path):
         "nbgrader-0.9.6-py3-none-any.whl",
     ):
         (tmp_path / name).touch()
-    assert kit.prune(tmp_path, kit.have_names(have)) == [
+    assert wheels.prune(tmp_path, wheels.have_names(have)) == [
         "jupyter_core-5.9.1-py3-none-any.whl",
         "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
     ]
@@ -345,7 +345,7 @@ def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
     if why:
         pytest.skip(why)
     made = kit.make_kit(tmp_path / "gpu-kit", GPU_MACHINE, "3.12", "manylinux_2_28_x86_64")
-    wheels = {kit.canonical(name.split("-")[0]) for name in made["wheels"]}
+    wheels = {wheels.canonical(name.split("-")[0]) for name in made["wheels"]}
     assert made["size_mib"] <= kit.KIT_LIMIT_MIB, (
         f"{made['size_mib']} MiB: {sorted(made['wheels'])}"
     )

@@ -82,7 +82,7 @@ def test_the_preflight_is_the_standard_library_only():
     """`make test-gpu` runs it before anything is installed: no third-party module may load."""
     code = (
         "import sys; before = set(sys.modules)\n"
-        "from coursetools.gpurun import run, preflight, gpustate, kit, runs\n"
+        "from coursetools.gpurun import run, preflight, gpustate, kit, runs, wheels\n"
         "third = {m.split('.')[0] for m in set(sys.modules) - before} - "
         "set(sys.stdlib_module_names)\n"
         "print(sorted(third - {'coursetools'}))"

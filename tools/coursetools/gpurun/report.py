@@ -13,70 +13,11 @@ import re
 
 from . import catalogue as claims_catalogue
 from .gpustate import busy_reasons
+from .needs import need_status, unmet_needs
 from .runs import NEEDS
 
-FRAMEWORKS = ("tensorflow", "dali")
 ORDER = ["failed", "timeout", "machine", "inconclusive", "not validated", "passed"]
-NEED_PART = {"tensorflow": "TensorFlow", "dali": "DALI", "dali-tf": "TensorFlow"}
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
-NO_GPU = "no GPU: a CPU rehearsal"
-
-
-def need_status(facts: dict) -> dict[str, str | None]:
-    """For each need of NEEDS bar "claims" (which depends on the run): None when met here, else why
-    not."""
-    status: dict[str, str | None] = {}
-    for name in FRAMEWORKS:
-        info = facts.get(name) or {}
-        if not info.get("installed"):
-            status[name] = "not installed"
-        elif info.get("error"):
-            status[name] = f"fails to import ({info['error']})"
-        elif name == "tensorflow" and not info.get("gpus"):
-            build = (
-                "a CPU-only build" if info.get("is_cuda_build") is False else "no CUDA libraries"
-            )
-            status[name] = (
-                f"installed without GPU support: {build}; the GPU set has them "
-                "(`make test-gpu GPU=1`)"
-            )
-        else:
-            status[name] = None
-    framework = next(
-        (f"{NEEDS[n][1]} {status[n]}" for n in ("dali", "tensorflow") if status[n]), None
-    )
-    status["dali-tf"] = framework or (
-        None
-        if facts.get("dali_tf_plugin")
-        else (
-            "not installed: it compiles against TensorFlow (`pip install --no-build-isolation "
-            "nvidia-dali-tf-plugin-cuda120==<DALI's version>`; `make` tries it, best effort)"
-        )
-    )
-    gpus = len((facts.get("torch") or {}).get("devices") or [])
-    status["two-gpus"] = (
-        None
-        if gpus >= 2
-        else (
-            f"{gpus} GPU visible to PyTorch: NCCL, DDP and DataParallel across GPUs did not run "
-            "(gloo on the CPU instead)"
-        )
-    )
-    missing = [
-        w
-        for w, ok in (
-            ("C compiler ($CC, gcc or clang)", facts.get("c_compiler")),
-            ("Python's headers (Python.h)", facts.get("python_headers")),
-        )
-        if not ok
-    ]
-    status["compiler"] = (
-        f"no {' and no '.join(missing)}: Inductor and Triton build their kernels' "
-        "launchers with them"
-        if missing
-        else None
-    )
-    return status
 
 
 def _claim_line(entry: dict) -> str:
@@ -85,24 +26,6 @@ def _claim_line(entry: dict) -> str:
         f"{measured:.3g}{entry.get('unit') or ''}, " if isinstance(measured, (int, float)) else ""
     )
     return f"{entry.get('claim')}: {value}expected {entry.get('bound')}"
-
-
-def _unmet(nb: dict, status: dict, rehearsal: bool) -> list[tuple[str, str, str]]:
-    """(part, what, why) this lesson's GPU path could not exercise here."""
-    found = [
-        (NEED_PART.get(n, "PyTorch"), NEEDS[n][1], status[n])
-        for n in nb.get("uses", [])
-        if status.get(n)
-    ]
-    for e in nb.get("claims", []):
-        if e["kind"] == "precondition" and not e.get("met") and e.get("checked", True):
-            part = next(
-                (p for p in ("TensorFlow", "DALI") if p in (e.get("what") or "")), "PyTorch"
-            )
-            found.append((part, e.get("what", "?"), e.get("why") or "not met on this machine"))
-    if rehearsal:
-        found.append(("PyTorch", "the GPU path", NO_GPU))
-    return found
 
 
 def _classify_claims(nb: dict, busy: list[str]) -> list[dict]:
@@ -151,7 +74,7 @@ def lesson_row(nb: dict, status: dict, facts: dict, run: dict) -> dict:
         e for e in nb.get("claims", []) if e["kind"] == "claim" and not e.get("checked", True)
     ]
     ran, not_run = claims_catalogue.match(entries, [*claims, *unchecked])
-    unmet = _unmet(nb, status, run.get("rehearsal", False))
+    unmet = unmet_needs(nb, status, run.get("rehearsal", False))
     if "claims" in nb.get("uses", []) and entries and not ran and not run.get("rehearsal"):
         unmet.append(("PyTorch", NEEDS["claims"][1], "none ran on the GPU: no claim was recorded"))
     machine = _machine_cause(nb, bad, run.get("machine") or [])

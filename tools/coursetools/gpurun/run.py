@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import gpustate, kit, preflight, runs
+from . import gpustate, kit, preflight, runs, wheels
 
 GRADING = "autograde"  # the gpu tests whose name holds this are the grading run (CUDA_TESTS)
 CUDA_TESTS = "tests/gpu/test_on_cuda.py"
@@ -79,17 +79,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def download(args, requirements) -> int:
-    have = kit.have_names(args.have) if args.have else set()
-    for command in kit.download_commands(
+    have = wheels.have_names(args.have) if args.have else set()
+    for command in wheels.download_commands(
         args.download, args.python_version, args.platform, requirements, have
     ):
         print("$ " + " ".join(command), flush=True)
         if subprocess.run(command).returncode != 0:
             return 1
     if have:
-        removed = kit.prune(Path(args.download), have)
+        removed = wheels.prune(Path(args.download), have)
         print(f"left out {len(removed)} wheel(s) of what {args.have} has")
-    print(f"{args.download}: {kit.size_mib(Path(args.download)):.1f} MiB")
+    print(f"{args.download}: {wheels.size_mib(Path(args.download)):.1f} MiB")
     return 0
 
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kit:
         return make_kit(args)
     if args.setup:
-        return kit.setup(args.wheelhouse, requirements)
+        return wheels.setup(args.wheelhouse, requirements)
 
     problem, doctor = (None if args.rehearse else preflight.quick_problem()), {}
     if problem is None and not args.preflight:
