@@ -46,7 +46,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: help lab doctor test test-fast colab-set notebooks pins lint grade report clean test-gpu wheelhouse FORCE
+.PHONY: help lab doctor test test-fast colab-set notebooks pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
 
 help:
 	@echo "Targets (a bare make prints this and changes nothing):"
@@ -65,7 +65,9 @@ help:
 	@echo "  make clean         remove the grading outputs (gradebook.db, submitted/, autograded/, feedback/)"
 	@echo "  make test-gpu      on a machine with an NVIDIA GPU: every lesson on the GPU, its claims checked,"
 	@echo "                     grading on the GPU; report in test-artifacts/ (docs/gpu-runner.md)"
-	@echo "  make wheelhouse WHEELHOUSE=dir  online: the wheels test-gpu adds, for a GPU machine offline"
+	@echo "  make gpu-kit HAVE=freeze.txt  online: one folder (the project, the wheels a GPU machine without"
+	@echo "                     internet lacks, gpu-kit.sh) and the one command to run there"
+	@echo "  make wheelhouse WHEELHOUSE=dir  online: the wheels alone, for test-gpu ENV=system offline"
 	@echo "Options, as VAR=value on the command line (with the values in use now):"
 	@echo "  GPU=1 | GPU=0      the GPU set or the CPU set; left out, nvidia-smi decides (now: the $(SET) set)"
 	@echo "  NVIDIA_SMI=$(NVIDIA_SMI)  the nvidia-smi that decides; switching sets rebuilds $(VENV)"
@@ -80,8 +82,10 @@ help:
 	@echo "  UNSANDBOXED=1      grade: without the sandbox, for submissions you trust"
 	@echo '  GPU_ARGS="..."     test-gpu: lessons and flags, e.g. GPU_ARGS="04_mixed_precision --require-all"'
 	@echo "  WHEELHOUSE=dir     wheelhouse: where the wheels go; test-gpu: install from there, offline"
-	@echo "  PY=3.12  PLATFORM=manylinux_2_28_x86_64  wheelhouse: the GPU machine's Python and platform"
-	@echo "                     (left out: this machine's)"
+	@echo "  HAVE=freeze.txt    gpu-kit, wheelhouse: the GPU machine's pip freeze (only what it lacks is fetched)"
+	@echo "  KIT=$(KIT)        gpu-kit: the folder it makes"
+	@echo "  PY=3.12  PLATFORM=manylinux_2_28_x86_64  gpu-kit, wheelhouse: the GPU machine's Python and"
+	@echo "                     platform (left out: this machine's)"
 
 # Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
 # pip cannot take out one CUDA major's libraries cleanly, they share file paths).
@@ -156,7 +160,6 @@ wheelhouse:
 
 # The GPU kit: one folder to carry to a GPU machine without internet (the project, the wheels it lacks, gpu-kit.sh),
 # at most 48 MiB for ../shared/gpu-machine/packages.txt; it prints the one command to run there.
-.PHONY: gpu-kit
 KIT ?= gpu-kit
 gpu-kit:
 	@test -n "$(HAVE)" || { echo "usage: make gpu-kit HAVE=freeze.txt [KIT=dir] [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
