@@ -194,7 +194,7 @@ def test_classroom_loop(tmp_path):
         if fixture.name != PARTLY_WRONG:
             rest[fixture.name] = (
                 ck.submission_from(released, {**solution, **fixture.answers}),
-                set(fixture.answers),
+                fixture.wrong,
             )
     for student, (nb, wrong) in rest.items():
         path = ck.submit(room.course, student, LESSON, nb)
