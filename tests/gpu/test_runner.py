@@ -759,6 +759,18 @@ def test_a_lesson_whose_gpu_path_this_machine_cannot_run_is_not_validated():
         "no C compiler ($CC, gcc or clang): Inductor and Triton build"
     )
     assert "PASSED: every" not in markdown
+    stated = {
+        "kind": "precondition",
+        "what": "a C compiler and Python.h for Inductor's Triton kernels",
+        "met": False,
+        "why": "no compiler on this machine",
+        "device": "cuda:0",
+    }
+    own = _notebook("08_profile_and_compile", uses=("compiler",), claims=[stated])
+    row = _build(poor, [own])[0]["notebooks"][0]
+    assert row["not_validated_on_gpu"] == [
+        "a C compiler and Python.h for Inductor's Triton kernels (no compiler on this machine)"
+    ], "the lesson's own line, said once"
 
 
 def test_a_false_claim_is_recorded_and_the_claims_after_it_still_run(tmp_path):

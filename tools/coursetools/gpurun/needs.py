@@ -68,19 +68,25 @@ def need_status(facts: dict) -> dict[str, str | None]:
     return status
 
 
+# A need the lesson states itself with claims.needs: its own line replaces the runner's (said once).
+STATED = {"compiler": "compiler", "two-gpus": "gpus", "dali-tf": "plugin"}
+
+
 def unmet_needs(nb: dict, status: dict, rehearsal: bool) -> list[tuple[str, str, str]]:
     """(part, what, why) this lesson's GPU path could not exercise here."""
+    stated = []
+    for e in nb.get("claims", []):
+        if e["kind"] == "precondition" and not e.get("met") and e.get("checked", True):
+            what = e.get("what") or "?"
+            part = next((p for p in ("TensorFlow", "DALI") if p in what), "PyTorch")
+            stated.append((part, what, e.get("why") or "not met on this machine"))
+    said = " ".join(what.lower() for _, what, _ in stated)
     found = [
         (NEED_PART.get(n, "PyTorch"), NEEDS[n][1], status[n])
         for n in nb.get("uses", [])
-        if status.get(n)
+        if status.get(n) and not (n in STATED and STATED[n] in said)
     ]
-    for e in nb.get("claims", []):
-        if e["kind"] == "precondition" and not e.get("met") and e.get("checked", True):
-            part = next(
-                (p for p in ("TensorFlow", "DALI") if p in (e.get("what") or "")), "PyTorch"
-            )
-            found.append((part, e.get("what", "?"), e.get("why") or "not met on this machine"))
+    found += stated
     if rehearsal:
         found.append(("PyTorch", "the GPU path", NO_GPU))
     return found
