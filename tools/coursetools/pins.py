@@ -56,6 +56,8 @@ LESSON_LIBRARIES = [
     "pillow",
     "tqdm",
     "nvidia-ml-py",
+    "pandas",  # lesson 10 (cudf.pandas accelerates Colab's pandas)
+    "scikit-learn",  # lesson 10 (cuml.accel accelerates Colab's scikit-learn)
 ]
 # The kernel side of Colab's notebooks, at Colab's versions, and what runs them under nbval (Colab
 # has all but nbval).
