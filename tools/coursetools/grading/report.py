@@ -37,6 +37,7 @@ from coursetools.grading.rows import GRADED, NO_ERROR, REPORTS, UNREADABLE, Clas
 
 SHOWN_MESSAGES = 5  # the most common failure messages listed per test cell
 SHOWN_NAMES = 3  # students named beside a message or a written answer
+PROG = "python -m coursetools.grading.report"
 
 
 @dataclass
@@ -272,7 +273,7 @@ def write(course: Path, lesson: str, out: Path | None = None) -> tuple[Path, Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("lesson", help="the assignment, e.g. 02_tensors_on_device")
     parser.add_argument(
         "--course", type=Path, default=Path.cwd(), help="the course directory (default: here)"

@@ -34,6 +34,7 @@ from coursetools.grading.rows import (
 from coursetools.grading.sandbox import UNSANDBOXED, WHY, sandbox_problem
 
 COLUMNS = ("failed", "timed_out", "kernel_died", "not_run")
+PROG = "python -m coursetools.grading"
 
 
 def show(data: ClassRows) -> str:
@@ -105,7 +106,7 @@ def grade(course: Path, lesson: str, *, jobs: int, extra: list[str]) -> ClassRow
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("lesson", help="the assignment, e.g. 02_tensors_on_device")
     jobs = os.cpu_count() or 1
     parser.add_argument(
