@@ -46,7 +46,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: help lab doctor test test-fast colab-set notebooks pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
+.PHONY: help lab doctor test test-fast colab-set notebooks book pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
 
 help:
 	@echo "Targets (a bare make prints this and changes nothing):"
@@ -56,6 +56,8 @@ help:
 	@echo "  make test-fast     helper unit tests and hygiene only (seconds)"
 	@echo "  make colab-set     build $(COLAB_VENV) (Colab's versions) and run the lessons' set-up cells there"
 	@echo "  make notebooks     regenerate notebooks/ from solutions/ (nbgrader)"
+	@echo "  make book          after make test: the reading edition, every lesson with the outputs of its"
+	@echo "                     run, as a static site in test-artifacts/book/html (docs/book/)"
 	@echo "  make pins          regenerate environment*.yml, binder/ and colab/ from pyproject.toml and"
 	@echo "                     colab/pip-freeze.gpu.txt"
 	@echo "  make lint          ruff: the helper, the tools and the tests, and the lessons' formatting"
@@ -167,6 +169,11 @@ gpu-kit:
 
 doctor: $(STAMP)
 	@$(BIN)/python -m gpucourse doctor
+
+# The reading edition (coursetools.book, docs/book/): the lessons as `make test` ran them (it keeps each executed
+# lesson in test-artifacts/executed/), with their outputs, as a static site; no lesson runs again here.
+book: $(STAMP)
+	$(BIN)/python -m coursetools.book $(BOOK_ARGS)
 
 notebooks: $(STAMP)
 	$(BIN)/python -m coursetools.notebooks
