@@ -83,6 +83,7 @@ help:
 	@echo "  GRADE_JOBS=n       grade: submissions graded at once (default: one per core)"
 	@echo "  UNSANDBOXED=1      grade: without the sandbox, for submissions you trust"
 	@echo '  GPU_ARGS="..."     test-gpu: lessons and flags, e.g. GPU_ARGS="04_mixed_precision --require-all"'
+	@echo '  BOOK_ARGS="..."    book: lessons and flags, e.g. BOOK_ARGS="01_verify_gpu --strict" (--help lists them)'
 	@echo "  WHEELHOUSE=dir     wheelhouse: where the wheels go; test-gpu: install from there, offline"
 	@echo "  HAVE=freeze.txt    gpu-kit, wheelhouse: the GPU machine's pip freeze (only what it lacks is fetched)"
 	@echo "  KIT=$(KIT)        gpu-kit: the folder it makes"
@@ -161,7 +162,7 @@ wheelhouse:
 	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(HAVE),--have $(HAVE))
 
 # The GPU kit: one folder to carry to a GPU machine without internet (the project, the wheels it lacks, gpu-kit.sh),
-# at most 48 MiB for ../shared/gpu-machine/packages.txt; it prints the one command to run there.
+# at most 48 MiB for a machine with PyTorch and no Jupyter (docs/gpu-runner.md); it prints the one command to run.
 KIT ?= gpu-kit
 gpu-kit:
 	@test -n "$(HAVE)" || { echo "usage: make gpu-kit HAVE=freeze.txt [KIT=dir] [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
