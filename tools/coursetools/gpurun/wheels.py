@@ -53,7 +53,7 @@ def canonical(requirement: str) -> str:
     (coursetools.pins)."""
     from .. import pins
 
-    return pins.package_name(requirement.replace("_", "-"))
+    return pins.package_name(requirement)
 
 
 def _pinned(names: tuple[str, ...], pins: dict[str, str] | None) -> list[str]:
