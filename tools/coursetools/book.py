@@ -377,6 +377,14 @@ def build(
     return html
 
 
+def missing_packages() -> list[str]:
+    import importlib.util
+
+    wanted = {"sphinx": "sphinx", "myst_nb": "myst-nb", "sphinx_book_theme": "sphinx-book-theme"}
+    wanted["sphinx_design"] = "sphinx-design"
+    return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m coursetools.book", description=__doc__.split("\n")[0]
@@ -398,6 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.lessons) - set(lessons()))
     if unknown:
         parser.error(f"no such lesson: {', '.join(unknown)} (lessons: {', '.join(lessons())})")
+    if missing := missing_packages():
+        print(
+            f"book: {', '.join(missing)} not installed here: the site is built with Sphinx, "
+            "MyST-NB, the Sphinx Book Theme and sphinx-design (the course extra in pyproject.toml; "
+            "`make` installs it)",
+            file=sys.stderr,
+        )
+        return 1
     start = time.monotonic()
     try:
         html = build(ROOT, args.out, args.lessons or None, args.executed, args.strict)
