@@ -23,6 +23,9 @@ suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
 html_theme = "sphinx_book_theme"
+# Jupyter Book 2 (mystmd) was tried first: its CLI (npm `mystmd`, PyPI `jupyter-book` 2.x) fetches
+# the site theme from api.mystmd.org at build time, and no registry serves the built theme, so it
+# cannot build where only PyPI and npm are reachable (CI). This stack builds from PyPI alone.
 html_title = project
 html_copy_source = False
 html_show_sourcelink = False

@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXECUTED = [ROOT / "test-artifacts" / "executed-gpu", ROOT / "test-artifacts" / "executed"]
 OUT = ROOT / "test-artifacts" / "book"
 BOOK_DOCS = ROOT / "docs" / "book"
-SITE_URL = "https://gpus-for-ml.github.io/gpus-for-ml/"
 
 HIDDEN_TESTS = re.compile(
     r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*(\n|$)",
@@ -274,6 +273,13 @@ def claims_page(root: Path, chosen: list[str]) -> str:
     return "\n".join(lines)
 
 
+def repository_url(root: Path = ROOT) -> str:
+    import tomllib
+
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    return project.get("urls", {}).get("Repository", "https://github.com/gpus-for-ml/gpus-for-ml")
+
+
 def home_page(titles: dict[str, str], runs: dict[str, dict], extra: list[str]) -> str:
     template = (BOOK_DOCS / "index.md").read_text()
     rows = []
@@ -287,7 +293,7 @@ def home_page(titles: dict[str, str], runs: dict[str, dict], extra: list[str]) -
     if extra:
         toc += ["```{toctree}", ":hidden:", ":caption: Reference", "", *extra, "```", ""]
     return (
-        template.replace("{{repository}}", "the course's repository")
+        template.replace("{{repository}}", f"[the course's repository]({repository_url()})")
         .replace("{{lessons}}", "\n".join(rows))
         .replace("{{toctree}}", "\n".join(toc))
     )

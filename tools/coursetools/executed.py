@@ -138,4 +138,7 @@ def pytest_sessionfinish(session):
             "source": path.name,
             "source_digest": source_digest(parent.nb),
         }
-        nbformat.write(executed, str(out_dir / f"{path.parent.name}.ipynb"))
+        target_file = out_dir / f"{path.parent.name}.ipynb"
+        partial = target_file.with_suffix(".ipynb.partial")
+        nbformat.write(executed, str(partial))
+        os.replace(partial, target_file)  # a reader never sees half a notebook
