@@ -153,7 +153,10 @@ def test_a_page_says_where_its_outputs_come_from_and_loads_no_remote_image():
     assert "CPU: Test CPU, 2 cores" in note and "abc1234" in note and "CPU test run" in note
     gpu_run = exercise_notebook()
     gpu_run.metadata[executed.RUN_KEY].update(device="GPU: NVIDIA L4", kind="gpu")
-    assert "GPU runner" in book.lesson_page(gpu_run).cells[1].source
+    gpu_note = book.lesson_page(gpu_run).cells[1].source
+    assert (
+        "GPU: NVIDIA L4" in gpu_note and "that GPU's" in gpu_note and "CPU test run" not in gpu_note
+    )
     unstamped = exercise_notebook()
     del unstamped.metadata[executed.RUN_KEY]
     assert "unrecorded run" in book.lesson_page(unstamped).cells[1].source

@@ -157,8 +157,8 @@ def stamp_note(run: dict | None) -> str:
     )
     if run.get("kind") == "gpu":
         body = (
-            f"The outputs on this page come from a run of this lesson on {where} ({when}), "
-            "by the course's GPU runner."
+            f"The outputs on this page come from a run of this lesson on {where} ({when}): "
+            "the plots and numbers are that GPU's, and the *GPU check* lines are its checks."
         )
     else:
         body = (
@@ -176,6 +176,8 @@ def lesson_page(executed, student_nb=None) -> nbformat.NotebookNode:
     page.metadata = {
         k: v for k, v in executed.metadata.items() if k in ("kernelspec", "language_info")
     }
+    # IPython's lexer: `!command` lines highlight as shell, not as a Python syntax error
+    page.metadata.setdefault("language_info", {"name": "python"})["pygments_lexer"] = "ipython3"
     run = executed.metadata.get(RUN_KEY)
     page.metadata[RUN_KEY] = run or {}
     cells = page.cells
