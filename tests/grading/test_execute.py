@@ -126,3 +126,8 @@ def test_demo_cells_and_locked_cells(tmp_path):
     speedups = {s: r.speedup for s, r in rows.items()}
     assert speedups == {"edited": 1.5, "tagged_test": 1.5}, "the locked cell's own measurement"
     assert rows["tagged_test"].failed == ["test_answer"]
+    # the learner's Validate button (in the course, its nbgrader_config.py loaded) skips them too
+    right = ck.submission_from(released, {"answer": "def answer():\n    return 42"})
+    path = ck.submit_as(course, "validated", ck.SANDBOX_ASSIGNMENT, ck.SANDBOX_NAME, right)
+    said = ck.nbgrader(course, "validate", str(path), check=False).stdout
+    assert "Success! Your notebook passes all the tests." in said, said

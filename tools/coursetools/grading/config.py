@@ -45,3 +45,20 @@ def configure(c) -> None:
     ]
     c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]
     judge_by_raising()
+    validate_as_autograde()
+
+
+def validate_as_autograde() -> None:
+    """`nbgrader validate` skips the cells autograde skips (tagged ``demo`` or ``gpu-check``).
+
+    The Validator's preprocessor list is not configurable: its default is given ValidateExecute
+    in place of nbgrader's Execute (where the course's nbgrader_config.py is loaded).
+    """
+    from nbgrader.preprocessors import Execute
+    from nbgrader.validator import Validator
+
+    from coursetools.grading.execute import ValidateExecute
+
+    trait = Validator.class_traits()["preprocessors"]
+    preprocessors = [ValidateExecute if pp is Execute else pp for pp in trait.default()]
+    trait.default_args = (preprocessors,)

@@ -197,3 +197,17 @@ class GradingExecute(Execute):
             return cell, self.resources
         finally:
             self._slowest = max(self._slowest, (time.monotonic() - started, cell_name(cell, index)))
+
+
+class ValidateExecute(Execute):
+    """nbgrader's Execute for the learner's Validate button: the cells autograde skips are skipped.
+
+    Validate judges as autograde does; a demo it ran would only cost the learner time (and could
+    reach nbgrader's validate timeout).
+    """
+
+    def preprocess_cell(self, cell, resources, index):
+        if skipped(cell):
+            cell.outputs, cell.execution_count = [], None
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
