@@ -6,7 +6,8 @@ One module per job:
 - ``sandbox``  the bubblewrap sandbox and prlimit limits a student's kernel runs in
   (``sandbox_problem``, ``gpu_passthrough``, ``sandbox_command``, ``SandboxedKernelManager``);
 - ``execute``  ``GradingExecute``, nbgrader's Execute with per-cell and per-submission bounds, a
-  dead kernel survived and the cells tagged ``demo`` or ``gpu-check`` skipped;
+  dead kernel survived and the cells tagged ``demo`` or ``gpu-check`` skipped (``ValidateExecute``:
+  the same skips for the learner's Validate button);
 - ``cells``    what happens to cells around the run: deleted test cells restored in place
   (``RestoreCells``), timeouts as comments (``SaveAutoGrades``), feedback without hidden tests
   (``HideHiddenTests``), a graded cell judged by raising only (``stderr_kept_visible``, also for the
