@@ -246,7 +246,7 @@ def find_executed(lesson: str, dirs: list[Path]) -> Path | None:
     return None
 
 
-def claims_page(root: Path, chosen: list[str]) -> str:
+def claims_page(root: Path, titles: dict[str, str]) -> str:
     """Every claim the lessons make (their `claims.claim(` calls), by lesson."""
     lines = [
         "# The claims catalogue",
@@ -261,9 +261,9 @@ def claims_page(root: Path, chosen: list[str]) -> str:
         from coursetools.gpurun.catalogue import lesson_claims
     except ImportError as error:  # the runner's catalogue moved: say so on the page
         return "\n".join([*lines, f"(The catalogue could not be read: {error}.)", ""])
-    for lesson in chosen:
+    for lesson, title in titles.items():
         found = lesson_claims(solution_path(lesson, root))
-        lines += [f"## [{lesson}](lessons/{lesson}.ipynb)", ""]
+        lines += [f"## [{lesson[:2]} {title}](lessons/{lesson}.ipynb)", ""]
         if not found:
             lines += ["This lesson makes no GPU claim.", ""]
             continue
@@ -341,7 +341,7 @@ def stage(root: Path, src: Path, chosen: list[str], dirs: list[Path], strict: bo
             raise BookError(message)
         print(f"book: warning: {message}", file=sys.stderr)
     extra = ["claims"]
-    (src / "claims.md").write_text(claims_page(root, list(titles)))
+    (src / "claims.md").write_text(claims_page(root, titles))
     reports = sorted((root / "docs" / "gpu-reports").glob("*.md"))
     if reports:
         (src / "gpu-reports").mkdir()
