@@ -27,6 +27,8 @@ html_theme = "sphinx_book_theme"
 # the site theme from api.mystmd.org at build time, and no registry serves the built theme, so it
 # cannot build where only PyPI and npm are reachable (CI). This stack builds from PyPI alone.
 html_title = project
+html_static_path = ["_static"]
+html_css_files = ["book.css"]
 html_copy_source = False
 html_show_sourcelink = False
 html_theme_options = {

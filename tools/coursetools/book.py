@@ -308,6 +308,7 @@ def stage(root: Path, src: Path, chosen: list[str], dirs: list[Path], strict: bo
         shutil.rmtree(src)
     (src / "lessons").mkdir(parents=True)
     shutil.copy(BOOK_DOCS / "conf.py", src / "conf.py")
+    shutil.copytree(BOOK_DOCS / "_static", src / "_static")
     titles, runs, missing, stale = {}, {}, [], []
     for lesson in chosen:
         path = find_executed(lesson, dirs)
