@@ -262,6 +262,7 @@ def test_a_lesson_page_has_its_outputs_and_no_hidden_test(site, lesson):
     assert 'src="http' not in page, "a page loads nothing from another host"
 
 
+@pytest.mark.slow
 def test_the_home_page_lists_the_lessons_and_the_claims(site):
     index = visible_text((site.html / "index.html").read_text())
     assert "Three ways to start" in index
