@@ -17,6 +17,7 @@ import sys
 import time
 
 import coursekit as ck
+import numpy as np
 import pytest
 
 PROFILE = "08_profile_and_compile"
@@ -241,3 +242,46 @@ def test_every_gpu_check_of_05_to_08_sits_in_a_collapsed_tagged_cell_with_a_lite
 def test_lesson_08s_referee_cells_are_read_only():
     locked = ck.locked_ids(PROFILE)
     assert {"slow_epoch", "profile_epoch", "slow_profile", "scaled_logits"} <= locked
+
+
+def _ycbcr_round_trip(rgb, upsample):
+    """What a JPEG decoder gives when it rebuilds 4:2:0 chroma with ``upsample`` (PIL's YCbCr)."""
+    from PIL import Image
+
+    ycc = np.asarray(Image.fromarray(rgb).convert("YCbCr"), dtype=np.float64)
+    h, w = ycc.shape[:2]
+    chroma = ycc[:, :, 1:].reshape(h // 2, 2, w // 2, 2, 2).mean(axis=(1, 3))  # what JPEG stores
+    ycc[:, :, 1:] = upsample(chroma)
+    out = np.clip(np.rint(ycc), 0, 255).astype(np.uint8)
+    return np.asarray(Image.fromarray(out, "YCbCr").convert("RGB"), dtype=np.float64) / 255
+
+
+def _nearest(chroma):
+    return chroma.repeat(2, axis=0).repeat(2, axis=1)
+
+
+def _fancy(chroma):
+    """libjpeg's h2v2 'fancy' upsampling: each output 3/4 its own sample, 1/4 the next one out."""
+
+    def along(a, axis):
+        before = np.concatenate([a.take([0], axis), a.take(range(a.shape[axis] - 1), axis)], axis)
+        after = np.concatenate([a.take(range(1, a.shape[axis]), axis), a.take([-1], axis)], axis)
+        out = np.stack([0.75 * a + 0.25 * before, 0.75 * a + 0.25 * after], axis + 1)
+        return out.reshape(*a.shape[:axis], 2 * a.shape[axis], *a.shape[axis + 1 :])
+
+    return along(along(chroma, 0), 1)
+
+
+def test_the_fancy_upsampling_bound_rejects_a_decoder_that_repeats_the_colour_planes():
+    """DALI's mixed decoder against its CPU decoder, decoding only, at the GPU's source size."""
+    from gpucourse import make_shapes
+
+    bound = _bound("05_dali_pipelines", "jpeg_fancy_upsampling: mixed decodes as cpu", "at_most")
+    images, _ = make_shapes(8, image_size=256, seed=0)
+    gaps = [
+        np.abs(_ycbcr_round_trip(rgb, _nearest) - _ycbcr_round_trip(rgb, _fancy)).mean()
+        for rgb in images
+    ]
+    assert float(np.mean(gaps)) > 1.5 * bound  # without fancy upsampling: far outside the bound
+    rounding = 1.0 / 255  # an IDCT that rounds differently moves some values by one grey level
+    assert rounding / 2 < bound  # half the pixels off by one still passes
