@@ -40,7 +40,9 @@ ifneq ($(filter-out $(SET),$(INSTALLED_SET)),)
   $(STAMP): FORCE
 endif
 ifeq ($(MAKELEVEL),0)
-  ifneq ($(filter lab test test-fast test-gpu doctor notebooks pins lint $(STAMP),$(MAKECMDGOALS)),)
+  # test-gpu in an existing environment (ENV=system, PYTHON=...) uses no set: nothing to say about one
+  EXISTING_ENV := $(filter system,$(ENV))$(filter command line,$(origin PYTHON))
+  ifneq ($(filter lab test test-fast doctor notebooks pins lint $(STAMP) $(if $(EXISTING_ENV),,test-gpu),$(MAKECMDGOALS)),)
     $(info course environment: the $(SET) set ($(WHY))$(if $(SWITCH),; $(VENV) holds the $(INSTALLED_SET) set and is rebuilt))
   endif
 endif
