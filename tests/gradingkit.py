@@ -101,15 +101,18 @@ def check_report(course: Path, lesson: str):
 
 
 def _hidden_lines(lesson: str) -> list[str]:
-    """The lines of the lesson's hidden tests long enough to be recognised (short ones: ")" is
-    everywhere)."""
-    hidden, visible = [], []
+    """Lines of the lesson's hidden tests a reader would recognise: long enough (")" is everywhere)
+    and not part of what the released notebook shows anyway (a visible test may hold the same
+    `"tf32": False,`)."""
+    released = "\n".join(cell.source for cell in ck.read(ck.student_path(lesson)).cells)
+    hidden = []
     for cell in ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "test"):
         inside = False
         for line in cell.source.splitlines():
             inside = (inside or "BEGIN HIDDEN TESTS" in line) and "END HIDDEN TESTS" not in line
-            (hidden if inside and "HIDDEN TESTS" not in line else visible).append(line.strip())
-    return [line for line in hidden if len(line) >= 10 and line not in visible]
+            if inside and "HIDDEN TESTS" not in line:
+                hidden.append(line.strip())
+    return [line for line in hidden if len(line) >= 10 and line not in released]
 
 
 def check_feedback(course: Path, lesson: str, student: str) -> None:
