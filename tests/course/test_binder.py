@@ -30,6 +30,10 @@ THROUGH_GPUCOURSE = {
     "keras": "gpucourse.import_tensorflow()",
     "nvidia.dali": "gpucourse.import_dali()",
 }
+# RAPIDS needs a GPU even to import, so Binder cannot have it: a lesson imports these only inside a
+# function that runs after its accelerator started (lesson 10's `start_accelerator`), never at a
+# cell's top level.
+GPU_ONLY = {"cudf", "cuml", "cupy"}
 # repo2docker reads binder/ alone when it exists; any of these there would change how it builds.
 CONFIG_FILES = {
     "environment.yml",
@@ -133,8 +137,8 @@ def imports_of(lesson: str) -> dict[str, tuple[str, bool]]:
     guarded).
 
     Guarded: under an `if` on a name bound to ``gpucourse.import_tensorflow()`` /
-    ``gpucourse.import_dali()`` (``if dali is not None: from nvidia.dali import fn``), or in a `try`
-    that catches ImportError.
+    ``gpucourse.import_dali()`` (``if dali is not None: from nvidia.dali import fn``), in a `try`
+    that catches ImportError, or (RAPIDS, ``GPU_ONLY``) inside a function.
     """
     sources = [
         s
@@ -156,7 +160,7 @@ def imports_of(lesson: str) -> dict[str, tuple[str, bool]]:
     }
     found: dict[str, tuple[str, bool]] = {}
 
-    def visit(node: ast.AST, guarded: bool, source: str) -> None:
+    def visit(node: ast.AST, guarded: bool, source: str, lazily: bool = False) -> None:
         if (
             isinstance(node, ast.If)
             and {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} & optional
@@ -164,6 +168,7 @@ def imports_of(lesson: str) -> dict[str, tuple[str, bool]]:
             guarded = True
         if isinstance(node, ast.Try) and _catches_import_errors(node):
             guarded = True
+        in_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -171,10 +176,11 @@ def imports_of(lesson: str) -> dict[str, tuple[str, bool]]:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             line = ast.get_source_segment(source, node) or name
-            if name not in found or found[name][1] and not guarded:
-                found[name] = (line, guarded)
+            lazy = lazily and name.split(".")[0] in GPU_ONLY
+            if name not in found or found[name][1] and not (guarded or lazy):
+                found[name] = (line, guarded or lazy)
         for child in ast.iter_child_nodes(node):
-            visit(child, guarded, source)
+            visit(child, guarded, source, lazily or in_function)
 
     for source, tree in trees:
         visit(tree, False, source)
@@ -243,6 +249,9 @@ def test_every_import_is_on_binder(lesson):
             )
             continue
         top = module.split(".")[0]
+        if top in GPU_ONLY:
+            assert guarded, f"{lesson}: `{line}`: import RAPIDS only inside a function"
+            continue
         if top in sys.stdlib_module_names or top == "gpucourse" or top in missing or top in written:
             continue
         dists = providers().get(top)
