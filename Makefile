@@ -130,8 +130,10 @@ colab-set: $(STAMP)
 
 # The JOBS workers run side by side on as many cores: each (and each notebook kernel it starts) uses one
 # thread, or PyTorch's default of one thread per core oversubscribes the machine (2-6x slower on 2 cores).
+# The book's tests come last: they build the site from the lessons this run executed (no lesson run twice).
 test: $(STAMP) colab-set
-	GPUCOURSE_COLAB_VENV=$(abspath $(COLAB_VENV)) OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 tests
+	GPUCOURSE_COLAB_VENV=$(abspath $(COLAB_VENV)) OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu" --dist worksteal --durations=15 --ignore=tests/lessons/test_book.py tests
+	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -q -m "not gpu" --durations=5 tests/lessons/test_book.py
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(JOBS) -m "not gpu and not slow" tests
