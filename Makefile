@@ -123,7 +123,7 @@ lab: $(STAMP)
 
 # The Colab set (CONTRIBUTING): Colab's versions in $(COLAB_VENV), built when colab/requirements.txt changes (several
 # GB, about 3 minutes the first time), gpucourse put there by the lessons' own set-up cells on a stand-in Colab, from
-# this checkout's last commit. `make test` runs every lesson in it too (tests/test_colab_set.py).
+# this checkout's last commit. `make test` runs every lesson in it too (tests/lessons/test_colab_set.py).
 COLAB_VENV ?= .venv-colab
 colab-set: $(STAMP)
 	$(BIN)/python -m coursetools.colab_set --venv $(COLAB_VENV)

@@ -1,7 +1,8 @@
 """What every test shares: a clean course environment.
 
-A maintainer's shell may carry the GPU runner's switches (strict mode, a claims file); a CPU test must not inherit
-them, so they are removed for every test that is not marked ``gpu``. Shared helpers live in ``coursekit``.
+A maintainer's shell may carry the GPU runner's switches (strict mode, a claims file); a CPU test
+must not inherit them, so they are removed for every test that is not marked ``gpu``. Shared
+helpers live in ``coursekit``, ``gradingkit`` and ``browserkit``.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 ROOT = Path(__file__).resolve().parents[1]
 
 FIXTURES = ROOT / "tests" / "fixtures"
-CHECKED = "nbval-check-output"
+CHECKED = make_notebooks.CHECKED  # the tag of cells whose outputs nbval compares
 CLASSROOM_LESSON = (
-    "01_verify_gpu"  # autograded in tests/test_classroom.py, so test_autograde leaves it out
+    "01_verify_gpu"  # autograded in tests/grading/test_classroom.py, so test_autograde leaves it out
 )
 # A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as
 # autograde records it.

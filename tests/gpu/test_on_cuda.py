@@ -226,15 +226,15 @@ def test_bench_card_on_the_gpu(cuda):
 # ---- grading on the GPU
 # ------------------------------------------------------------------------------------------
 def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
-    """A kernel in the grading sandbox (coursetools.grade, GPUs and driver libraries bound) sees the
-    GPU."""
-    from coursetools import grade
+    """A kernel in the grading sandbox (coursetools.grading: GPUs and driver libraries bound) sees
+    the GPU."""
+    from coursetools.grading import sandbox
 
-    problem = grade.sandbox_problem()
+    problem = sandbox.sandbox_problem()
     if problem:
         pytest.skip(f"grading on the GPU ran without the sandbox: {problem}")
-    devices, libraries = grade.gpu_passthrough()
-    command = grade.sandbox_command(
+    devices, libraries = sandbox.gpu_passthrough()
+    command = sandbox.sandbox_command(
         [
             sys.executable,
             "-c",
@@ -246,7 +246,7 @@ def test_autograde_sandbox_passes_the_gpu_through(cuda, tmp_path):
         cpu_seconds=300,
         devices=devices,
         libraries=libraries,
-        python_dirs=grade._python_dirs(sys.executable),
+        python_dirs=sandbox.python_dirs(sys.executable),
         environ=dict(os.environ),
     )
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from coursetools.gpurun import catalogue, gpustate, preflight, render, report, run, runs
+from coursetools.grading import cells, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 no_driver = pytest.mark.skipif(
@@ -888,14 +889,7 @@ def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_toget
 
 # ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right
 # answer its points ----
-def _grade_module():
-    from coursetools import grade
-
-    return grade
-
-
 def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path):
-    grade = _grade_module()
     dev = tmp_path / "dev"
     for name in (
         "nvidia0",
@@ -928,7 +922,7 @@ def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path
         f"\tlibnvidia-ml.so.1 (libc6,x86-64) => {site}/libnvidia-ml.so.1\n"
         f"\tlibcudart.so.12 (libc6,x86-64) => /elsewhere/libcudart.so.12\n"
     )
-    devices, libraries = grade.gpu_passthrough(
+    devices, libraries = sandbox.gpu_passthrough(
         str(dev), ldconfig, {"LD_LIBRARY_PATH": f"{cuda}:/usr/local/cuda/lib64:"}
     )
     assert devices == [
@@ -947,11 +941,11 @@ def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path
     assert libraries == sorted(map(str, (cuda, nix, site, tmp_path / "store"))), (
         "/usr is in the sandbox already"
     )
-    assert grade.gpu_passthrough(str(tmp_path / "no-gpu"), ldconfig, {}) == ([], []), (
+    assert sandbox.gpu_passthrough(str(tmp_path / "no-gpu"), ldconfig, {}) == ([], []), (
         "no GPU, nothing to pass"
     )
 
-    command = grade.sandbox_command(
+    command = sandbox.sandbox_command(
         ["/env/bin/python", "-m", "ipykernel_launcher"],
         workdir="/course/autograded/a",
         runtime="/tmp/grade-x",
@@ -979,7 +973,7 @@ def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path
         "no address-space limit with a GPU (CUDA reserves more)"
     )
     with pytest.raises(RuntimeError, match="holds the course"):
-        grade.sandbox_command(
+        sandbox.sandbox_command(
             ["python"],
             workdir="/w",
             runtime="/r",
@@ -997,8 +991,6 @@ def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
     from nbformat.v4 import new_code_cell, new_output
     from nbgrader.utils import has_failed
 
-    grade = _grade_module()
-
     def cell(*outputs, graded=True):
         made = new_code_cell("assert double(2) == 4", outputs=list(outputs))
         made.metadata.nbgrader = {
@@ -1013,16 +1005,16 @@ def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
     right = cell(new_output("stream", name="stdout", text="checked\n"), warning)
     assert has_failed(right), "nbgrader alone zeroes it"
     assert (
-        not has_failed(grade.stderr_kept_visible(right))
+        not has_failed(cells.stderr_kept_visible(right))
         and right.outputs[1].text == "falling back to the slow kernel\n"
     )
     wrong = cell(
         new_output("stream", name="stderr", text="warn\n"),
         new_output("error", ename="AssertionError", evalue="", traceback=[]),
     )
-    assert has_failed(grade.stderr_kept_visible(wrong)) and wrong.outputs[0].name == "stderr"
+    assert has_failed(cells.stderr_kept_visible(wrong)) and wrong.outputs[0].name == "stderr"
     ungraded = cell(new_output("stream", name="stderr", text="a log line\n"), graded=False)
-    assert grade.stderr_kept_visible(ungraded).outputs[0].name == "stderr", (
+    assert cells.stderr_kept_visible(ungraded).outputs[0].name == "stderr", (
         "only graded cells are changed"
     )
 

@@ -24,7 +24,7 @@ edits run) is these tests'.
 Screenshots go to test-artifacts/ (git-ignored). Without Chromium or Playwright
 the tests skip and say why; `.ci/run` installs Debian's chromium first.
 
-    python tests/test_browser.py --docs-screenshot   # rewrite docs/lesson01-jupyterlab.png
+    python tests/lessons/test_browser.py --docs-screenshot   # rewrite docs/lesson01-jupyterlab.png
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def run_lesson(path: Path, artifacts: Path, timeout: float, run=None, rehearsal=
         "IPYTHONDIR": str(kernel_ipython_dir(artifacts)),
     }
     args = [rel, "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout", str(timeout)]
-    # the lesson as it ran, outputs kept, for the reading edition (coursetools.book prefers a GPU run's)
+    # the lesson as it ran, outputs kept, for the book (coursetools.book prefers a GPU run's)
     args += ["-p", "coursetools.executed", "--save-executed", str(artifacts / "executed-gpu")]
     junit, log = artifacts / f"{lesson}.xml", artifacts / "logs" / f"{lesson}.log"
     result = run(args, junit, log, timeout, rehearsal=rehearsal, **env)
