@@ -18,9 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CHECKED = make_notebooks.CHECKED  # the tag of cells whose outputs nbval compares
-CLASSROOM_LESSON = (
-    "01_verify_gpu"  # autograded in tests/grading/test_classroom.py, so test_autograde leaves it out
-)
+# autograded in tests/grading/test_classroom.py, so test_autograde leaves it out
+CLASSROOM_LESSON = "01_verify_gpu"
 # A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as
 # autograde records it.
 CELL_WARNING = re.compile(
