@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -344,7 +345,7 @@ def test_student_notebook_in_jupyterlab(lab):
 
         # The learner answers the exercises the plot needs, runs from the first down to the plot.
         where = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in cells}
-        plot = next(i for i, c in cells if "plots.bars(rates" in c.source)
+        plot = next(i for i, c in cells if re.search(r"plots\.bars\(\s*rates\b", c.source))
         answers = ck.solution_answers(LESSON)
         for grade_id in PLOT_NEEDS:
             type_into_cell(page, where[grade_id], answers[grade_id])
