@@ -2,17 +2,18 @@
 
 - notebooks/ is exactly what nbgrader generates from solutions/ (checked in the scratch course the
   autograde run generates anyway);
-- autograde: the solutions score full marks, the untouched student notebook scores zero without
-  crashing the grader, the solution with every test cell deleted keeps full marks (they come back
-  where they were), every wrong-answer fixture loses exactly the points of the test cells of the
-  answers it gets wrong, and every right-answer fixture (tests/fixtures/NN_topic/right_*.py) keeps
-  full marks;
+- autograde: the solution, handed in with every test cell deleted, scores full marks (autograde
+  restores each test cell from the source, after the cell it followed in the released notebook, so
+  this one run is the solution's run as well as the deleted-tests one); the untouched student
+  notebook scores zero without crashing the grader; every wrong-answer fixture loses exactly the
+  points of the test cells of the answers it gets wrong, and every right-answer fixture
+  (tests/fixtures/NN_topic/right_*.py) keeps full marks;
 - no cell of a solution raises a DeprecationWarning or FutureWarning.
 
 `nbgrader validate` (the learner's Validate button) is run by alice in test_classroom.py; what it
 asserts here (solutions pass, untouched notebooks fail every test) is what autograde's scores
 already assert. Lesson 01 (ck.CLASSROOM_LESSON) is autograded there, with the same checks on the
-same submissions, so test_autograde leaves it out.
+same kinds of submission, so test_autograde leaves it out.
 """
 
 from __future__ import annotations
@@ -64,11 +65,9 @@ def _submission(lesson: str, name: str):
     student = ck.read(ck.student_path(lesson))
     if name == "untouched":
         return student, None
-    answers = ck.solution_answers(lesson)
-    if name == "solution":
-        return ck.submission_from(student, answers), set()
-    if name == "deleted_tests":  # every test cell deleted: they come back where they were
+    if name == "solution":  # every test cell deleted: they come back where they were
         return gk.deleted_tests_submission(lesson), set()
+    answers = ck.solution_answers(lesson)
     (fixture,) = [f for f in ck.fixtures(lesson) if f.name == name]
     return ck.submission_from(student, {**answers, **fixture.answers}), fixture.wrong
 
@@ -79,13 +78,14 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     """One course, every submission of the lesson graded by one `nbgrader autograde` run, as in a
     class.
 
-    The students are the solution, the untouched student notebook and each right- or wrong-answer
-    fixture; a failure lists every submission that scored wrong.
+    The students are the solution with every test cell deleted (full marks, its tests back where
+    they were, no warning), the untouched student notebook and each right- or wrong-answer fixture;
+    a failure lists every submission that scored wrong.
     """
     monkeypatch.setenv("PYTHONWARNINGS", ck.WARNINGS_ON)
     course = ck.scratch_course(tmp_path, [lesson])
     _check_generated(course, lesson)
-    names = ["solution", "untouched", "deleted_tests", *(f.name for f in ck.fixtures(lesson))]
+    names = ["solution", "untouched", *(f.name for f in ck.fixtures(lesson))]
     submitted = {}
     for name in names:
         nb, wrong = _submission(lesson, name)
@@ -96,10 +96,10 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     assert result.returncode == 0, result.stdout + result.stderr
     problems = ck.autograde_problems(course, lesson, submitted)
     notebook = ck.solution_path(lesson).name
-    graded = ck.read(course / "autograded" / "deleted_tests" / lesson / notebook)
+    graded = ck.read(course / "autograded" / "solution" / lesson / notebook)
     released = ck.read(ck.student_path(lesson))
     moved = gk.restored_after(graded, released)
-    problems += [f"deleted_tests: {cell} came back in the wrong place" for cell in moved]
+    problems += [f"solution: its deleted {cell} came back in the wrong place" for cell in moved]
     problems += ck.locked_problems(course, lesson, names)
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
     warning = ck.cell_warning(course / "autograded" / "solution" / lesson / notebook)
