@@ -1,32 +1,32 @@
 """The classroom loop, end to end, as an instructor runs it from the README (lesson 01, a class of
-five).
+six).
 
-In a scratch folder: the course (its own nbgrader_config.py, unchanged), an
-nbgrader exchange, and three home folders, each with its own
-``~/.jupyter/nbgrader_config.py`` naming the exchange and the course, as a
-JupyterHub admin would set it up (the students' files also give their ids).
+In a scratch folder: the course (its own nbgrader_config.py, unchanged), an nbgrader exchange, and
+three home folders, each with its own ``~/.jupyter/nbgrader_config.py`` naming the exchange and the
+course, as a JupyterHub admin would set it up (the students' files also give their ids).
 
-    instructor  generate_assignment, release_assignment alice       fetch_assignment, answers
-    everything as the solution does, validate, submit bob         fetch_assignment, answers as
-    tests/fixtures/01_verify_gpu/partly_right.py, submit instructor  collect; the rest of the class
-    handed in outside the exchange (copied into submitted/, as
-                nbgrader allows): "untouched" (the student notebook as released) and one student per
-                other right- or wrong-answer fixture of lesson 01, named after it; autograde, scores
-                alice's and bob's written answers by hand (nbgrader's gradebook API, as the
-                formgrader does), generate_feedback, release_feedback (alice's and bob's), export
-    bob         fetch_feedback instructor  lesson 09 (the capstone) for alice, handed in outside the
-    exchange: generate_assignment,
-                autograde; the class table `make grade` prints shows the speed-up her program
-                measured
+    instructor  generate_assignment, release_assignment
+    alice       fetch_assignment, answers everything as the solution does, validate, submit
+    bob         fetch_assignment, answers as tests/fixtures/01_verify_gpu/partly_right.py, submit
+    instructor  collect; the rest of the class handed in outside the exchange (copied into
+                submitted/, as nbgrader allows): "untouched" (the student notebook as released)
+                and one student per other right- or wrong-answer fixture of lesson 01, named after
+                it, right_other_ways with every test cell deleted; autograde, scores alice's and
+                bob's written answers by hand (nbgrader's gradebook API, as the formgrader does),
+                generate_feedback, release_feedback (alice's and bob's), export
+    bob         fetch_feedback
 
 Autograde is held to what test_grading.py::test_autograde asserts for every other lesson
 (coursekit.autograde_problems): the solution scores full marks, the untouched notebook 0 without
 crashing the grader, each fixture loses exactly the points of its answers' test cells, written
-answers wait for the instructor, no submission is changed, and no cell of the solution warns. Then
-the scores in the gradebook and grades.csv, and bob's feedback names the test cells he failed. The
-class report built from this gradebook agrees with it, and no feedback shows a line of the hidden
-tests unless the instructor's switch says so (gradingkit.check_report and check_feedback). The
-commands run are written to test-artifacts/classroom-commands.txt.
+answers wait for the instructor, no submission is changed, and no cell of the solution warns; the
+student who deleted every test cell keeps full marks and gets them back where they were
+(gradingkit.restored_after). Then the scores in the gradebook and grades.csv, and bob's feedback
+names the test cells he failed. The class report built from this gradebook agrees with it, and no
+feedback shows a line of the hidden tests unless the instructor's switch says so
+(gradingkit.check_report and check_feedback). The commands run are written to
+test-artifacts/classroom-commands.txt. The class table's speed-up column (lesson 09) is checked
+over the gradebook of test_grading.py::test_autograde[09_make_it_fast].
 """
 
 from __future__ import annotations
@@ -43,13 +43,15 @@ import coursekit as ck
 import gradingkit as gk
 import nbformat
 import pytest
-from coursetools.grading.rows import SPEEDUP, SPEEDUP_CELL, class_rows
+from coursetools.grading.rows import SPEEDUP, SPEEDUP_CELL
 
 LESSON = ck.CLASSROOM_LESSON
 COURSE_ID = re.search(r'course_id = "([^"]+)"', (ck.ROOT / "nbgrader_config.py").read_text()).group(
     1
 )
 PARTLY_WRONG = "partly_right"  # tests/fixtures/01_verify_gpu/partly_right.py
+# handed in with every test cell deleted: full marks all the same, the tests back in their places
+DELETED_TESTS = "right_other_ways"
 HIDDEN_FAILURE = (
     "skips_and_units"  # passes the visible tests of test_gpu_features, fails its hidden ones
 )
@@ -192,16 +194,22 @@ def test_classroom_loop(tmp_path):
     rest = {"untouched": (released, None)}
     for fixture in ck.fixtures(LESSON):
         if fixture.name != PARTLY_WRONG:
-            rest[fixture.name] = (
-                ck.submission_from(released, {**solution, **fixture.answers}),
-                fixture.wrong,
-            )
+            nb = ck.submission_from(released, {**solution, **fixture.answers})
+            if fixture.name == DELETED_TESTS:
+                nb = gk.without_tests(nb)[0]
+            rest[fixture.name] = (nb, fixture.wrong)
+    assert rest.get(DELETED_TESTS, (None, None))[1] == set(), f"{DELETED_TESTS} is a right answer"
     for student, (nb, wrong) in rest.items():
         path = ck.submit(room.course, student, LESSON, nb)
         (path.parent / "timestamp.txt").write_text(stamp)  # release_feedback reads it
         submitted[student] = (path, path.read_bytes(), wrong)
     room.nbgrader("instructor", "autograde", LESSON)
     problems = ck.autograde_problems(room.course, LESSON, submitted)
+    graded = ck.read(room.course / "autograded" / DELETED_TESTS / LESSON / notebook)
+    problems += [
+        f"{DELETED_TESTS}: its deleted {cell} came back in the wrong place"
+        for cell in gk.restored_after(graded, released)
+    ]
     assert not problems, "\n".join(problems)
     warning = ck.cell_warning(room.course / "autograded" / "alice" / LESSON / notebook)
     assert not warning, f"a solution cell warns: {warning}"
@@ -273,19 +281,6 @@ def test_classroom_loop(tmp_path):
     # showing its code.
     gk.check_report(room.course, LESSON)
     gk.check_feedback(room.course, LESSON, HIDDEN_FAILURE)
-
-    # Lesson 09 in the same class: alice's capstone, graded as above; the class table shows the
-    # speed-up her program measured on this machine (its locked cell measure_speedup) beside her
-    # score, never in it.
-    capstone = "09_make_it_fast"
-    room.nbgrader("instructor", "generate_assignment", capstone, "--force")
-    work = ck.submission_from(ck.read(ck.student_path(capstone)), ck.solution_answers(capstone))
-    ck.submit(room.course, "alice", capstone, work)
-    room.nbgrader("instructor", "autograde", capstone, "--student=alice")
-    (row,) = class_rows(room.course, capstone).rows
-    assert row.score == row.max_score - row.waiting and not row.failed, f"alice's capstone: {row}"
-    assert (row.speedup or 0) > 0, "the class table shows the speed-up alice's program measured"
-    (artifacts / "classroom-commands.txt").write_text("\n".join(room.log) + "\n")
     print("\n" + "\n".join(room.log))
     print({student: (rows[student]["score"], rows[student]["max_score"]) for student in MANUAL})
 

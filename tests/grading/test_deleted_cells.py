@@ -6,8 +6,8 @@ an ungraded cell between its answer and itself (a %%writefile cell) would then r
 grader (coursetools.grading.cells.RestoreCells) puts it back after the cell it followed in the
 released notebook. Here: every test cell of every lesson, deleted all at once, goes back to its
 place (fast, no kernel); and autograde gives the solution with every test cell deleted full marks,
-for lesson 01 here and for the other lessons inside test_grading's autograde run (its
-`deleted_tests` student).
+its tests back in their places: test_grading's autograde run hands in every lesson's solution that
+way, and test_classroom's class hands in lesson 01's right_other_ways that way.
 """
 
 from __future__ import annotations
@@ -45,23 +45,3 @@ def test_found_by_source_when_ids_change():
     assert submitted.cells[where - 1].source.startswith("%%writefile {workdir}/check_by_hand.py"), (
         "the test goes back after the %%writefile cell it needs, not after the answer"
     )
-
-
-@pytest.mark.slow
-def test_classroom_lesson_deleted_tests(tmp_path):
-    """Lesson 01 with every test cell deleted keeps full marks (it is autograded in the classroom
-    loop, not in test_grading, so its deleted-cells run is here)."""
-    lesson = ck.CLASSROOM_LESSON
-    course = ck.scratch_course(tmp_path, [lesson])
-    path = ck.submit(course, "deleted_tests", lesson, gk.deleted_tests_submission(lesson))
-    before = path.read_bytes()
-    result = ck.nbgrader(course, "autograde", lesson, "--force")
-    assert result.returncode == 0, result.stdout + result.stderr
-    problems = ck.autograde_problems(course, lesson, {"deleted_tests": (path, before, set())})
-    name = ck.solution_path(lesson).name
-    graded = ck.read(course / "autograded" / "deleted_tests" / lesson / name)
-    released = ck.read(ck.student_path(lesson))
-    problems += [
-        f"{cell} came back in the wrong place" for cell in gk.restored_after(graded, released)
-    ]
-    assert not problems, "\n".join(problems)

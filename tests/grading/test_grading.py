@@ -8,7 +8,10 @@
   notebook scores zero without crashing the grader; every wrong-answer fixture loses exactly the
   points of the test cells of the answers it gets wrong, and every right-answer fixture
   (tests/fixtures/NN_topic/right_*.py) keeps full marks;
-- no cell of a solution raises a DeprecationWarning or FutureWarning.
+- no cell of a solution raises a DeprecationWarning or FutureWarning;
+- lesson 09 (its locked cell measure_speedup): the class table over the course's gradebook
+  (coursetools.grading.rows.class_rows, as `make grade` shows it) gives the solution's measured
+  speed-up beside its full score, never in it.
 
 `nbgrader validate` (the learner's Validate button) is run by alice in test_classroom.py; what it
 asserts here (solutions pass, untouched notebooks fail every test) is what autograde's scores
@@ -23,6 +26,8 @@ import filecmp
 import coursekit as ck
 import gradingkit as gk
 import pytest
+from coursetools.grading import table
+from coursetools.grading.rows import SPEEDUP_CELL, class_rows
 
 LESSONS = ck.lessons()
 
@@ -104,3 +109,16 @@ def test_autograde(lesson, tmp_path, monkeypatch):
     assert not problems, f"{lesson}:\n" + "\n".join(problems)
     warning = ck.cell_warning(course / "autograded" / "solution" / lesson / notebook)
     assert not warning, f"a solution cell warns: {warning}"
+    if SPEEDUP_CELL in ck.locked_ids(lesson):
+        _check_speedup(course, lesson)
+
+
+def _check_speedup(course, lesson: str) -> None:
+    """The class table shows the speed-up the solution measured here beside its score, never in
+    it."""
+    data = class_rows(course, lesson)
+    (row,) = [r for r in data.rows if r.student == "solution"]
+    assert row.score == row.max_score - row.waiting and not row.failed, f"the solution: {row}"
+    assert (row.speedup or 0) > 0, "the class table shows the speed-up the solution measured"
+    (line,) = [line for line in table.show(data).splitlines() if line.startswith("solution ")]
+    assert f"{row.speedup:.2f}x" in line, line
