@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import coursekit as ck
 import pytest
+
+from gpucourse import doctor
 
 MAKEFILE = (ck.ROOT / "Makefile").read_text()
 
@@ -255,8 +258,22 @@ def test_the_course_jupyterlab_does_not_ask_about_jupyter_news(tmp_path):
 
 @pytest.mark.slow
 def test_make_doctor_prints_the_report():
+    """`make doctor` runs `python -m gpucourse doctor`; one run of that command with `--json` (the
+    doctor imports TensorFlow and DALI: one such Python is enough) gives both reports on this
+    machine: the JSON's facts and stable codes, the exit status following errors (none here), and
+    the text `make doctor` prints, rendered from the same facts and findings."""
+    dry = make("-n", "-s", "doctor")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (command,) = [line for line in dry.stdout.splitlines() if "gpucourse doctor" in line]
+    assert shlex.split(command)[1:] == ["-m", "gpucourse", "doctor"], command
     result = subprocess.run(
-        ["make", "-s", "doctor"], cwd=ck.ROOT, capture_output=True, text=True, timeout=180
+        [*shlex.split(command), "--json"], cwd=ck.ROOT, capture_output=True, text=True, timeout=180
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "environment report" in result.stdout and "Diagnosis:" in result.stdout, result.stdout
+    report = json.loads(result.stdout)
+    assert set(report) == {"facts", "findings"} and report["facts"]["torch"]["installed"], report
+    assert all(f["code"] for f in report["findings"])
+    errors = [f for f in report["findings"] if f["level"] == "error"]
+    assert result.returncode == (1 if errors else 0), result.stderr
+    assert result.returncode == 0, f"`make doctor` fails here: {errors}"
+    text = doctor.render(report["facts"], [doctor.Finding(**f) for f in report["findings"]])
+    assert "environment report" in text and "Diagnosis:" in text, text

@@ -171,39 +171,56 @@ def _watcher() -> str:
     return texts[0]
 
 
-@pytest.mark.parametrize(
-    "body, expected",
-    [
-        ("x.to(device)\nx.to(device=device, non_blocking=True)\nx[0].to(device)", (2, ["cpu"])),
-        (
-            "try:\n    x.to(0)  # the DDP tutorial's .to(local_rank)\nexcept Exception:\n    pass",
-            (1, ["cuda:0"]),
-        ),
-        ("try:\n    x.cuda(1)\nexcept Exception:\n    pass", (1, ["cuda:1"])),
-        (
-            "exec(compile('x.to(device)', os.path.join(TORCH, 'distributed', 'utils.py'), 'exec'))",
-            (0, []),
-        ),
-    ],  # fmt: skip
-    ids=["to-device", "to-local-rank", "cuda", "ddp-own-copy"],
-)
-def test_the_ddp_watcher_records_the_scripts_own_copies_whatever_the_idiom(
-    tmp_path, body, expected
-):
+IDIOMS = {
+    "to-device": (
+        "x.to(device)\nx.to(device=device, non_blocking=True)\nx[0].to(device)",
+        (2, ["cpu"]),
+    ),
+    "to-local-rank": (
+        "try:\n    x.to(0)  # the DDP tutorial's .to(local_rank)\nexcept Exception:\n    pass",
+        (1, ["cuda:0"]),
+    ),
+    "cuda": ("try:\n    x.cuda(1)\nexcept Exception:\n    pass", (1, ["cuda:1"])),
+    "ddp-own-copy": (
+        "exec(compile('x.to(device)', os.path.join(TORCH, 'distributed', 'utils.py'), 'exec'))",
+        (0, []),
+    ),
+}
+# One Python imports torch once and runs the watcher on each script in turn, as `python watch.py
+# train.py` would, with torch's own methods back in place before each
+WATCH_EACH = """
+import runpy, sys, torch
+to, cuda = torch.Tensor.to, torch.Tensor.cuda
+watcher, *scripts = sys.argv[1:]
+for script in scripts:
+    torch.Tensor.to, torch.Tensor.cuda = to, cuda
+    sys.argv = [watcher, script]
+    runpy.run_path(watcher, run_name="__main__")
+"""
+
+
+def test_the_ddp_watcher_records_the_scripts_own_copies_whatever_the_idiom(tmp_path):
     watcher = tmp_path / "watch.py"
     watcher.write_text(_watcher())
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import os\nimport torch\nTORCH = os.path.dirname(torch.__file__)\n"
-        'device = torch.device("cpu")\nx = torch.zeros(2, 1, 4, 4)\n' + body + "\n"
-    )
+    scripts = []
+    for name, (body, _) in IDIOMS.items():
+        scripts.append(tmp_path / f"{name}.py")
+        scripts[-1].write_text(
+            "import os\nimport torch\nTORCH = os.path.dirname(torch.__file__)\n"
+            'device = torch.device("cpu")\nx = torch.zeros(2, 1, 4, 4)\n' + body + "\n"
+        )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run(
-        [sys.executable, str(watcher), str(script)], capture_output=True, text=True, env=env
+        [sys.executable, "-c", WATCH_EACH, str(watcher), *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
-    (line,) = [x for x in out.stdout.splitlines() if x.startswith("image batches copied:")]
-    copies = json.loads(line.split(":", 1)[1])
-    assert (copies["count"], copies["to"]) == expected, out.stderr
+    lines = [x for x in out.stdout.splitlines() if x.startswith("image batches copied:")]
+    assert len(lines) == len(IDIOMS), out.stdout + out.stderr
+    for (name, (_, expected)), line in zip(IDIOMS.items(), lines, strict=True):
+        copies = json.loads(line.split(":", 1)[1])
+        assert (copies["count"], copies["to"]) == expected, f"{name}: {copies}"
 
 
 def test_the_checkpointing_time_claim_fails_when_nothing_is_recomputed():
