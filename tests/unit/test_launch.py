@@ -217,42 +217,20 @@ def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkey
             pass
 
     monkeypatch.setattr(launch.subprocess, "Popen", Agent)
-    launch.torchrun(
-        write(tmp_path, "ranks.py", RANKS),
-        "--epochs",
-        "1",
-        nproc_per_node=1,
-        nnodes=nnodes,
-        timeout=30,
-    )
+    script = write(tmp_path, "ranks.py", RANKS)
+    result = launch.torchrun(script, "--epochs", "1", nproc_per_node=1, nnodes=nnodes, timeout=30)
+    if nnodes == 1:
+        assert result.command == f"torchrun --standalone --nproc-per-node=1 {script} --epochs 1", (
+            "what a learner would type"
+        )
+    else:
+        assert result.command.endswith(f"{script} --epochs 1  (x2 agents)"), result.command
     for argv, env in calls:
         options = argv[
             argv.index("torch.distributed.run") + 1 : argv.index(str(tmp_path / "ranks.py"))
         ]
         assert {option.split("=")[0] for option in options} <= TORCH_2_11_OPTIONS, options
         assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
-
-
-@pytest.mark.slow
-def test_each_rank_output_is_prefixed_and_collected(tmp_path, capsys):
-    script = write(tmp_path, "ranks.py", NOISY)
-    result = launch.torchrun(script, nproc_per_node=2, timeout=60)
-    assert ranks(result) == [0, 1]
-    assert result.command == f"torchrun --standalone --nproc-per-node=2 {script}", (
-        "what a learner would type"
-    )
-    assert sorted(result.output(1)) == [
-        "UserWarning: something a framework says",
-        "hello from rank 1 of 2",
-    ], (
-        "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
-        "(lesson 06 does)"
-    )
-    printed = capsys.readouterr().out
-    assert (
-        "[rank0]: hello from rank 0 of 2" in printed
-        and "[rank1]: hello from rank 1 of 2" in printed
-    )
 
 
 @pytest.mark.slow
@@ -328,6 +306,22 @@ def test_torchrun_rejecting_its_own_arguments_is_named(tmp_path, monkeypatch):
     assert "invalid int value: 'abc'" in message, message
 
 
+class StartedClock:
+    """launch's clock: time.monotonic, until every rank has written its pid, then jumps `ahead`: the
+    timeout fires with every process certainly running, without waiting it out."""
+
+    def __init__(self, pids: Path, nproc: int, ahead: float):
+        self.pids, self.nproc, self.ahead = pids, nproc, ahead
+        self.offset, self.jumped_at = 0.0, None
+
+    def monotonic(self) -> float:
+        if self.jumped_at is None and len(list(self.pids.iterdir())) == self.nproc:
+            self.offset, self.jumped_at = self.ahead, time.monotonic()
+        return time.monotonic() + self.offset
+
+    sleep = staticmethod(time.sleep)
+
+
 @pytest.mark.slow
 @linux_only
 def test_timeout_stops_every_process(tmp_path, monkeypatch):
@@ -335,25 +329,40 @@ def test_timeout_stops_every_process(tmp_path, monkeypatch):
     pids.mkdir()
     script = write(tmp_path, "hang.py", HANG)
     monkeypatch.setenv("GPUCOURSE_TEST_TAG", str(tmp_path))
-    started = time.monotonic()
-    with pytest.raises(launch.LaunchError, match="did not finish within 10 s") as info:
-        launch.torchrun(script, pids, nproc_per_node=2, timeout=10, stream=False)
+    clock = StartedClock(pids, nproc=2, ahead=60)  # a busy machine starts them within 60 s
+    monkeypatch.setattr(launch, "time", clock)
+    with pytest.raises(launch.LaunchError, match="did not finish within 60 s") as info:
+        launch.torchrun(script, pids, nproc_per_node=2, timeout=60, stream=False)
     assert info.value.result.timed_out and info.value.result.returncode != 0, (
         "the stopped agents report a failure too"
     )
-    assert time.monotonic() - started < 10 + 15, "stopped soon after the timeout"
+    assert clock.jumped_at is not None and sorted(p.name for p in pids.iterdir()) == ["0", "1"]
+    assert time.monotonic() - clock.jumped_at < 15, "stopped soon after the timeout"
     for path in pids.iterdir():  # the workers that had started: their own sessions, yet stopped too
         assert not _alive(int(path.read_text())), f"rank {path.name} outlived the timeout"
     assert not _tagged(str(tmp_path)), "no orphaned process"
 
 
 @pytest.mark.slow
-def test_two_local_agents_meet_at_a_rendezvous(tmp_path):
+def test_two_local_agents_meet_at_a_rendezvous_and_each_rank_output_is_prefixed(tmp_path, capsys):
+    """Two agents, one worker each, ranks 0 and 1 of 2; each rank's lines, stderr's too, are
+    collected under its rank and printed with its prefix."""
     result = launch.torchrun(
-        write(tmp_path, "ranks.py", RANKS), nproc_per_node=1, nnodes=2, timeout=60, stream=False
+        write(tmp_path, "ranks.py", NOISY), nproc_per_node=1, nnodes=2, timeout=60
     )
-    assert ranks(result) == [0, 1], "two agents, one worker each, ranks 0 and 1 of 2"
-    assert "of 2" in result.output(1)[0] and "x2 agents" in result.command
+    assert ranks(result) == [0, 1] and "x2 agents" in result.command
+    assert sorted(result.output(1)) == [
+        "UserWarning: something a framework says",
+        "hello from rank 1 of 2",
+    ], (
+        "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
+        "(lesson 06 does)"
+    )
+    printed = capsys.readouterr().out
+    assert (
+        "[rank0]: hello from rank 0 of 2" in printed
+        and "[rank1]: hello from rank 1 of 2" in printed
+    )
 
 
 def ranks(result: launch.LaunchResult) -> list[int]:
