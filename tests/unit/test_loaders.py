@@ -221,17 +221,17 @@ from gpucourse import loaders
 
 dataset = loaders.jpeg_dataset({root!r})
 loader = torch.utils.data.DataLoader(
-    dataset, batch_size=4, num_workers=2, multiprocessing_context="spawn", timeout=60
+    dataset, batch_size=4, num_workers=1, multiprocessing_context="spawn", timeout=60
 )
 seen = sum(len(labels) for _, labels in loader)
 print("seen", seen)
 """
 
 
-@pytest.mark.slow  # three fresh Pythons import torch: tens of seconds on 2 busy cores
+@pytest.mark.slow  # two fresh Pythons import torch: seconds each on 2 busy cores
 def test_spawned_workers_finish_and_do_not_hang(root):
     """Workers started with spawn (as on macOS, Windows, Python >= 3.14) get the dataset by
-    pickling.
+    pickling: one such worker proves it (each more is one more Python importing torch).
 
     The code runs in `python -c`, like a notebook: no `if __name__ == "__main__"`
     guard and no main file. It must finish, not hang, well within the timeout.
