@@ -11,7 +11,7 @@ import time
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Integer
+from traitlets import Bool, Integer, default
 
 from coursetools.grading.cells import DIED, NOT_RUN, TIMEOUT, stderr_kept_visible
 from coursetools.grading.sandbox import (
@@ -75,6 +75,13 @@ class GradingExecute(Execute):
     kernel_deaths = Integer(
         2, help="Kernel deaths survived per submission; then the cells left are not run."
     ).tag(config=True)
+
+    @default("shutdown_kernel")
+    def _shutdown_at_once(self):
+        # Every output is in once the last cell has run: a graceful shutdown only waits for a kernel
+        # that imported PyTorch to tear itself down (1-3 s a submission). The kernel is killed with
+        # its process group, and bubblewrap's --die-with-parent takes the sandbox with it.
+        return "immediate"
 
     def _sandbox_options(self, course: str) -> dict:
         problem = sandbox_problem()
