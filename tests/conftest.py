@@ -18,3 +18,9 @@ def course_environment(request, monkeypatch):
     if request.node.get_closest_marker("gpu") is None:
         for name in RUNNER_VARIABLES:
             monkeypatch.delenv(name, raising=False)
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests (notebook runs, the grader) first: `make test`'s two workers then end on
+    short tests, instead of one idling while the other runs a last long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
