@@ -10,23 +10,22 @@ import pytest
 
 import gpucourse
 
+MODULES = sorted(
+    p.stem for p in Path(gpucourse.__file__).parent.glob("*.py") if not p.stem.startswith("_")
+)
+LOADED = (
+    "loaded = lambda: sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in "
+    "sys.modules)\n"
+)
+
 
 def test_importing_gpucourse_loads_no_framework():
-    """One Python for every module: gpucourse, its CLIs and the modules they import load no
-    framework (`python -m gpucourse doctor` must survive a broken one); seeding and every module
-    load no TensorFlow or DALI."""
-    modules = sorted(
-        p.stem for p in Path(gpucourse.__file__).parent.glob("*.py") if not p.stem.startswith("_")
-    )
+    """gpucourse, its CLIs and the modules they import load no framework (`python -m gpucourse
+    doctor` must survive a broken one); seeding and every module load no TensorFlow or DALI:
+    that half rides on the TensorFlow test's Python (the modules import torch: seconds)."""
     code = (
-        "import importlib, sys, gpucourse, gpucourse.__main__, gpucourse.doctor, gpucourse.bench, "
-        "gpucourse.frameworks\n"
-        "loaded = lambda: sorted(m for m in ('torch', 'tensorflow', 'nvidia.dali') if m in "
-        "sys.modules)\n"
-        "print(loaded())\n"
-        f"gpucourse.set_seed(1)\nfor name in {modules!r}:\n    "
-        "importlib.import_module('gpucourse.' + name)\n"
-        "print(loaded())"
+        "import sys, gpucourse, gpucourse.__main__, gpucourse.doctor, gpucourse.bench, "
+        "gpucourse.frameworks\n" + LOADED + "print(loaded())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -34,9 +33,6 @@ def test_importing_gpucourse_loads_no_framework():
     assert out[0] == "[]", (
         "import gpucourse (its doctor, bench, device, timing, notebook) must never import a "
         "framework"
-    )
-    assert out[1] == "['torch']", (
-        f"seeding and importing {modules} must import neither TensorFlow nor DALI"
     )
 
 
@@ -98,12 +94,19 @@ def test_tensorflow_start_up_noise_is_held_back_and_nothing_else(monkeypatch, ca
     assert capfd.readouterr().err == "after\n", "standard error is back to normal afterwards"
 
 
-TENSORFLOW_SCRIPT = """
-import contextlib, io, json, os, sys
+TENSORFLOW_SCRIPT = (
+    """
+import contextlib, importlib, io, json, os, sys
 import gpucourse
 from gpucourse import frameworks
-
+"""
+    + LOADED
+    + """
 gpucourse.set_seed(5)
+for name in MODULES:
+    importlib.import_module("gpucourse." + name)
+# before TensorFlow: what seeding and every module load, and whether Triton or torchvision came too
+print(json.dumps([loaded(), sorted({"triton", "torchvision"} & set(sys.modules))]))
 tf = gpucourse.import_tensorflow()
 if tf is None:
     sys.exit(print(json.dumps(None)))
@@ -125,14 +128,16 @@ for installed in ("cpu", "gpu"):
 import torchvision  # noqa: F401
 print(json.dumps(report))
 """
+)
 
 
 @pytest.mark.slow
 def test_tensorflow_in_a_fresh_python():
-    """One TensorFlow-importing Python (never the test worker): seeded, memory growth, quiet,
-    strict mode, torchvision after."""
+    """One TensorFlow-importing Python (never the test worker): seeding and every gpucourse module
+    load no TensorFlow or DALI; then TensorFlow seeded, memory growth, quiet, strict mode,
+    torchvision after."""
     result = subprocess.run(
-        [sys.executable, "-c", TENSORFLOW_SCRIPT],
+        [sys.executable, "-c", f"MODULES = {MODULES!r}\n{TENSORFLOW_SCRIPT}"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -141,7 +146,12 @@ def test_tensorflow_in_a_fresh_python():
     assert result.returncode == 0, (
         f"the process died (exit status {result.returncode}):\n{result.stderr[-3000:]}"
     )
-    report = json.loads(result.stdout.splitlines()[-1])
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("[", "{", "null"))]
+    (before, pulled_in), report = json.loads(lines[0]), json.loads(lines[-1])
+    assert before == ["torch"], (
+        f"seeding and importing {MODULES} must import neither TensorFlow nor DALI"
+    )
+    assert not pulled_in, f"{pulled_in} before TensorFlow: the torchvision-after check means little"
     if report is None:
         pytest.skip("TensorFlow is not installed")
     assert report["seeded"] and all(report["growth"]), report
