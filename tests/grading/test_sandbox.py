@@ -1,15 +1,14 @@
 """The grader a class can be trusted with (`make grade`, coursetools.grading), on a scratch course.
 
 The course is the real nbgrader_config.py with a small assignment of three exercises (so a run takes
-seconds, not a lesson's minutes). Five students are graded by one `make grade` run, two at a time:
+seconds, not a lesson's minutes), generated once for this module's tests (each grades a copy). Three
+students are graded by one `make grade` run, two at a time:
 
-    right    every answer right
-    snoop    an untouched notebook whose first answer reads solutions/, the gradebook and `right`'s
-             submission, runs the solution's cells it found, and opens a socket to a server this
-             test started
-    loop     exercise 2 loops forever
+    snoop    an untouched notebook whose first answer reads solutions/, the gradebook and
+             `deleted`'s submission, runs the solution's cells it found, and opens a socket to a
+             server this test started
     deleted  every answer right, the test cell of exercise 1 deleted
-    crash    exercise 2 calls os._exit
+    broken   exercise 2 calls os._exit (the kernel dies), exercise 3 loops forever
 
 The snooper graded once more without the sandbox shows the test bites: there it reaches the server
 and scores the point of the exercise its code sits in, with the answer it ran from solutions/.
@@ -25,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import coursekit as ck
 import nbformat
@@ -88,15 +88,16 @@ def _submissions(course, port) -> dict[str, nbformat.NotebookNode]:
         targets={
             "solutions": str(course / "source" / "*" / "*.ipynb"),
             "gradebook": str(course / "gradebook.db"),
-            "others": str(course / "submitted" / "right" / "*" / "*.ipynb"),
+            "others": str(course / "submitted" / "deleted" / "*" / "*.ipynb"),
         },
     )
+    # broken: the kernel dies at exercise 2, so a new kernel re-runs exercise 1 and its test; then
+    # exercise 3 loops (after the death, so it costs one cell's timeout once)
+    broken = {**right, "square": "import os\nos._exit(3)", "negate": "while True:\n    pass"}
     out = {
-        "right": ck.submission_from(student, right),
         "snoop": ck.submission_from(student, {"double": snoop}),
-        "loop": ck.submission_from(student, {**right, "square": "while True:\n    pass"}),
         "deleted": ck.submission_from(student, right),
-        "crash": ck.submission_from(student, {**right, "square": "import os\nos._exit(3)"}),
+        "broken": ck.submission_from(student, broken),
     }
     out["deleted"].cells = [
         c
@@ -134,11 +135,21 @@ def _snooped(course, student="snoop") -> dict:
     return json.loads(re.search(r"SNOOP (.*)", text).group(1))
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """The small assignment's scratch course, generated once: each test grades its own copy."""
+    return ck.sandbox_course(tmp_path_factory.mktemp("sandbox"))
+
+
+def _copy(generated: Path, tmp_path: Path) -> Path:
+    return shutil.copytree(generated, tmp_path / "course")
+
+
 @pytest.mark.slow
 @needs_sandbox
-def test_class_in_sandbox(tmp_path):
-    """Five students graded in the sandbox: each scores what its own code earns, nothing leaks."""
-    course, server = ck.sandbox_course(tmp_path), Server()
+def test_class_in_sandbox(generated, tmp_path):
+    """Three students graded in the sandbox: each scores what its own code earns, nothing leaks."""
+    course, server = _copy(generated, tmp_path), Server()
     for name, nb in _submissions(course, server.port).items():
         ck.submit_as(course, name, ASSIGNMENT, NAME, nb)
     result = _grade(course)
@@ -152,7 +163,9 @@ def test_class_in_sandbox(tmp_path):
         for name in rows
     }
 
-    assert scores["right"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
+    # A deleted test cell comes back from the source (hidden tests included) and the right answers
+    # keep their points.
+    assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
     # The snooper found nothing of the course and no server, so it scores what its own answers earn:
     # nothing.
     found = _snooped(course)
@@ -164,47 +177,38 @@ def test_class_in_sandbox(tmp_path):
     }, found
     assert found["server"] != "reached" and server.reached == 0
     assert scores["snoop"] == {"test_double": 0, "test_square": 0, "test_negate": 0}
-    # An endless loop costs its own exercise and one cell's timeout; the others are graded.
-    assert scores["loop"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
-    assert (rows["loop"].failed, rows["loop"].timed_out, rows["loop"].kernel_died) == (
-        ["test_square"],
+    # A dead kernel costs its own exercise: the cell that killed it is named, a new kernel re-ran
+    # the cells before it (exercise 1 keeps its point), grading went on. An endless loop costs its
+    # own exercise and one cell's timeout.
+    assert scores["broken"] == {"test_double": 1, "test_square": 0, "test_negate": 0}
+    assert (rows["broken"].failed, rows["broken"].timed_out, rows["broken"].kernel_died) == (
+        ["test_square", "test_negate"],
+        ["negate"],
         ["square"],
-        [],
     )
-    assert rows["loop"].seconds < 2 * BOUND, (
+    assert rows["broken"].seconds < 2 * BOUND, (
         "an endless loop ends within the bound (a busy machine's slack)"
     )
-    graded = ck.read(course / "autograded" / "loop" / ASSIGNMENT / NAME)
-    assert f"square gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[3].outputs), (
+    graded = ck.read(course / "autograded" / "broken" / ASSIGNMENT / NAME)
+    assert f"negate gave no reply within {CELL_TIMEOUT} s" in str(graded.cells[5].outputs), (
         "the feedback names it"
-    )
-    # A deleted test cell comes back from the source (hidden tests included) and the right answer
-    # keeps its point.
-    assert scores["deleted"] == {"test_double": 1, "test_square": 1, "test_negate": 1}
-    # A dead kernel: the submission is in the gradebook, the cell that killed it is named, grading
-    # went on.
-    assert scores["crash"] == {"test_double": 1, "test_square": 0, "test_negate": 1}
-    assert (rows["crash"].failed, rows["crash"].timed_out, rows["crash"].kernel_died) == (
-        ["test_square"],
-        [],
-        ["square"],
     )
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         comment = gb.find_comment(
-            "square", NAME.removesuffix(".ipynb"), ASSIGNMENT, "crash"
+            "square", NAME.removesuffix(".ipynb"), ASSIGNMENT, "broken"
         ).auto_comment
     assert comment.startswith("the kernel died while running square"), comment
-    ck.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
+    ck.nbgrader(course, "generate_feedback", ASSIGNMENT, "--student=broken", "--force")
     html = (
-        course / "feedback" / "crash" / ASSIGNMENT / NAME.replace(".ipynb", ".html")
+        course / "feedback" / "broken" / ASSIGNMENT / NAME.replace(".ipynb", ".html")
     ).read_text()
     assert "KernelDied" in html and "the kernel died while running square (exit status 3)" in html
 
     # The same snooper without the sandbox: it reads the answers and reaches the server. The test
     # above bites.
-    for name in ("right", "loop", "deleted", "crash"):
+    for name in ("deleted", "broken"):
         shutil.rmtree(course / "submitted" / name)
     result = _grade(course, "--unsandboxed")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -215,9 +219,9 @@ def test_class_in_sandbox(tmp_path):
 
 
 @pytest.mark.slow
-def test_refuses_without_sandbox(tmp_path):
+def test_refuses_without_sandbox(generated, tmp_path):
     """Without bubblewrap, `make grade` and a plain `nbgrader autograde` refuse and say why."""
-    course = ck.sandbox_course(tmp_path)
+    course = _copy(generated, tmp_path)
     ck.submit_as(course, "right", ASSIGNMENT, NAME, ck.read(course / "release" / ASSIGNMENT / NAME))
     env = dict(ck.env(), PATH=os.path.dirname(sys.executable))  # no bwrap on PATH
     result = subprocess.run(
