@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from coursetools.gpurun import kit, wheels
+from coursetools.gpurun import kit, preflight, wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_MACHINE = ROOT.parent / "shared" / "gpu-machine" / "packages.txt"
@@ -361,33 +361,81 @@ def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
     )
 
 
-def _stand_in_base() -> Path:
+def _stand_in_base() -> tuple[Path, dict]:
     """The environment a stand-in GPU machine is layered on: the Colab set (torch 2.11 CUDA 13, as
-    on the GPU machine) where `make test` built it, else this one."""
+    on the GPU machine) where `make test` built it, else this one; and what the runner's torchvision
+    probe (preflight.probe_torchvision) reads there, in that Python, not this one."""
     colab = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ROOT / ".venv-colab") / "bin" / "python"
-    if (
-        colab.exists()
-        and subprocess.run([colab, "-c", "import torch"], capture_output=True).returncode == 0
-    ):
-        return colab
-    return Path(sys.executable)
+    for python in (colab, Path(sys.executable)):
+        if python.exists() and (facts := preflight.probe_torchvision(str(python))).get("torch"):
+            return python, facts
+    raise AssertionError(f"no PyTorch in {colab} nor in {sys.executable}")
+
+
+SMALLEST = "00_smallest_lesson"
+
+
+def _smallest_lesson(solutions: Path) -> None:
+    """A lesson of three cells in the kit's solutions/: the course's set-up cell (lesson 01's), a
+    measurement and its GPU check, so the rehearsal runs a lesson and records a claim in seconds."""
+    setup = next(
+        "".join(cell["source"])
+        for cell in json.loads((solutions / "01_verify_gpu" / "verify_gpu.ipynb").read_text())[
+            "cells"
+        ]
+        if cell["cell_type"] == "code"
+    )
+    check = (
+        "# @title GPU check: a synchronized stopwatch times the work\n"
+        "gpucourse.claims.claim(\n    'a synchronized stopwatch times the work', seconds, "
+        "device=device, at_least=0\n)"
+    )
+    sources = [
+        setup,
+        "import time\n\nimport torch\n\nstart = time.perf_counter()\n"
+        "total = torch.ones(64, 64, device=device).sum().item()\n"
+        "seconds = time.perf_counter() - start",
+        check,
+    ]
+    cells = [
+        {"cell_type": "code", "source": source, "metadata": {}, "outputs": []} for source in sources
+    ]
+    cells[-1]["metadata"] = {"tags": ["gpu-check"], "jupyter": {"source_hidden": True}}
+    for cell in cells:
+        cell["execution_count"] = None
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook = {
+        "cells": cells,
+        "metadata": {"kernelspec": kernel},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (solutions / SMALLEST).mkdir()
+    (solutions / SMALLEST / "smallest_lesson.ipynb").write_text(json.dumps(notebook, indent=1))
 
 
 @pytest.mark.slow
 def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     """A venv layered on an environment with PyTorch (no nbgrader in it) stands in for the GPU
     machine. The kit is made for what it has, installed with no index reachable, and the one command
-    runs lesson 01 and the grading run's small assignment in a CPU rehearsal: the report says "not
-    validated: no GPU" and lists the claims that would have run; autograde, from nbgrader without
-    its user interface, graded."""
-    why = _index_reachable(tmp_path)
-    if why:
-        pytest.skip(why)
-    base = _stand_in_base()
+    runs a lesson (the smallest: the course's set-up cell, a measurement, its GPU check) and the
+    grading run's small assignment in a CPU rehearsal: the report says "not validated: no GPU" and
+    lists the claims that would have run; autograde, from nbgrader without its user interface,
+    graded. The base's torchvision probe, first, runs in the Python it checks."""
+    base, facts = _stand_in_base()
 
     def ask(code):
         return subprocess.run([base, "-c", code], capture_output=True, text=True).stdout.strip()
 
+    torch_version = ask("import importlib.metadata as m; print(m.version('torch'))")
+    assert facts["torch"].split("+")[0] == torch_version.split("+")[0], (facts, torch_version)
+    assert "torchvision" in facts or "error" in facts, facts
+    assert preflight.probe_torchvision("/nonexistent/python")["error"].startswith(
+        "the probe did not run"
+    )
+    why = _index_reachable(tmp_path)
+    if why:
+        pytest.skip(why)
     site, version = (
         ask("import sysconfig; print(sysconfig.get_paths()['purelib'])"),
         ask("import sys; print('%d.%d' % sys.version_info[:2])"),
@@ -435,9 +483,12 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "sh kit/gpu-kit.sh" in done.stdout
+    lesson = Path("solutions/01_verify_gpu/verify_gpu.ipynb")
+    assert (tmp_path / "kit" / lesson).read_bytes() == (ROOT / lesson).read_bytes(), "the lessons"
+    _smallest_lesson(tmp_path / "kit" / "solutions")
     artifacts = tmp_path / "gpu-run"
     done = subprocess.run(
-        ["sh", tmp_path / "kit" / kit.SCRIPT, artifacts, "--rehearse", "01_verify_gpu"],
+        ["sh", tmp_path / "kit" / kit.SCRIPT, artifacts, "--rehearse", SMALLEST],
         capture_output=True,
         text=True,
         timeout=900,
@@ -455,12 +506,11 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     )
     (row,) = built["notebooks"]
     assert row["result"] == "not validated" and row["parts"]["PyTorch"]["failed_cells"] == 0, row
+    assert row["cells"] == 3, row
     assert row["would_check"] and "## Claims that would have been checked on a GPU" in markdown
     assert any("stopwatch" in claim for claim in row["would_check"]), row["would_check"]
     graded = {case["name"]: case["outcome"] for case in built["grading"]["cases"]}
     assert (
         graded["test_autograde_a_small_assignment_with_the_installed_grading_stack"] == "passed"
     ), output
-    assert (
-        built["status"] == "rehearsal" and (artifacts / "claims" / "01_verify_gpu.jsonl").exists()
-    )
+    assert built["status"] == "rehearsal" and (artifacts / "claims" / f"{SMALLEST}.jsonl").exists()
