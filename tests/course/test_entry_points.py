@@ -196,13 +196,13 @@ def test_make_lab_serves_jupyterlab_on_the_notebooks():
             f"http://127.0.0.1:{port}/api/contents/01_verify_gpu", headers=headers
         )
         listing = None
-        for _ in range(30):  # the URL is printed a moment before the server answers
+        for _ in range(150):  # the URL is printed a moment before the server answers
             try:
                 with urllib.request.urlopen(request, timeout=30) as response:
                     listing = json.load(response)
                 break
             except urllib.error.URLError:
-                time.sleep(1)
+                time.sleep(0.2)
         assert listing is not None, (
             "make lab printed a URL but nothing answered there:\n" + "".join(seen[-30:])
         )
