@@ -255,7 +255,9 @@ def pypi_reachable() -> bool:
 @pytest.mark.slow
 def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
     """pip resolves the GPU set from PyPI (all but PyTorch's own wheels) and brings nvidia-*
-    packages of one CUDA major."""
+    packages of one CUDA major. pip reads each wheel's metadata, not the wheel (PEP 658's file where
+    the index serves one, else a range request: fast-deps), never downloading gigabytes of CUDA
+    libraries to read a few lines."""
     if not pypi_reachable():
         pytest.skip("PyPI is not reachable from here")
     wanted = [p for p in pins.gpu_pins() if pins.package_name(p) not in {"torch", "torchvision"}]
@@ -267,6 +269,7 @@ def test_the_gpu_sets_pypi_part_resolves_on_one_cuda_major(tmp_path):
             "pip",
             "install",
             "--dry-run",
+            "--use-feature=fast-deps",
             "--ignore-installed",
             "--quiet",
             "--only-binary=:all:",
