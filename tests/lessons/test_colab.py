@@ -1,8 +1,10 @@
 """The set-up cell on Colab, simulated: it installs the course helper (only) and asks for a GPU
 runtime.
 
-Each distinct set-up cell of the lessons runs in a fresh Python process with
-Colab faked around it:
+Each distinct set-up cell of the lessons runs with Colab faked around it, as a fresh kernel would
+run it: one Python process runs every cell on Colab and outside it in turn (a module-scoped
+fixture), so PyTorch is imported once, not once a cell and case; before each run the process
+forgets every ``gpucourse`` module and sets or removes the stand-in Colab:
 
 - Colab present = a ``google.colab`` module in ``sys.modules`` (what the cell tests);
 - ``gpucourse`` hidden until the cell's ``pip install`` has run (as on a fresh Colab runtime);
@@ -25,37 +27,35 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import coursekit as ck
 import pytest
 from coursetools import colab_set
 
-# Stands in for the kernel: hides gpucourse until pip ran, stubs pip, runs the cell; on Colab it
-# starts with the course's stand-in Colab (coursetools.colab_set.FAKE_COLAB).
-DRIVER = textwrap.dedent(
+# Stands in for the kernel, once per case (stdin: a JSON list of {cell, colab, hide}): forgets
+# gpucourse, puts the course's stand-in Colab (coursetools.colab_set.FAKE_COLAB) in place or takes
+# it away, hides gpucourse until pip ran, stubs pip, runs the cell.
+DRIVER = colab_set.FAKE_COLAB + textwrap.dedent(
     r"""
-    import importlib.abc, json, subprocess, sys
-    hide = sys.argv[1] == "hide"
-    root, report, cell = sys.argv[2:5]
+    import importlib.abc, json, re, subprocess
+    root, reports = sys.argv[1:3]
+    colab_module = sys.modules.pop("google.colab")
 
     class NotInstalledYet(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] == "gpucourse":
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
-    blocker = NotInstalledYet()
-    if hide:
-        sys.meta_path.insert(0, blocker)
-    calls, real_run = [], subprocess.run
+    blocker, real_run, URL = NotInstalledYet(), subprocess.run, re.compile(r"git\+https://\S+")
 
     def run(args, *more, **kwargs):
         if list(args[:3]) == [sys.executable, "-m", "pip"]:
             imported = "gpucourse" in sys.modules
             calls.append({"args": [str(a) for a in args[3:]], "gpucourse_imported": imported})
-            url = __import__("re").compile(r"git\+https://\S+")
             # Resolve the helper from this checkout; other requirements (DALI) are checked by name
             # only, so the dry run needs neither the network nor DALI installed here.
-            local = [url.sub("file://" + root, str(a)) for a in args[3:]]
+            local = [URL.sub("file://" + root, str(a)) for a in args[3:]]
             local = [a for a in local if a.startswith("-") or a == "install" or "file://" in a]
             dry = ["--dry-run", "--no-index", "--no-build-isolation", "--report", report]
             result = real_run([sys.executable, "-m", "pip", *local, *dry], *more, **kwargs)
@@ -65,14 +65,28 @@ DRIVER = textwrap.dedent(
         return real_run(args, *more, **kwargs)
 
     subprocess.run = run
-    namespace = {"__name__": "__main__"}
-    try:
-        exec(compile(cell, "<set-up cell>", "exec"), namespace)
-        error = None
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-    device = str(namespace.get("device"))
-    print("@@RESULT@@" + json.dumps({"pip": calls, "error": error, "device": device}))
+    for number, case in enumerate(json.load(sys.stdin)):
+        for name in [n for n in sys.modules if n.split(".")[0] == "gpucourse"]:
+            del sys.modules[name]  # a fresh kernel has not imported it
+        if case["colab"]:
+            sys.modules["google.colab"] = colab_module
+        else:
+            sys.modules.pop("google.colab", None)
+        if case["hide"] and blocker not in sys.meta_path:
+            sys.meta_path.insert(0, blocker)
+        elif not case["hide"] and blocker in sys.meta_path:
+            sys.meta_path.remove(blocker)
+        calls, report = [], f"{reports}/pip-report-{number}.json"
+        print("@@CASE@@", flush=True)
+        namespace = {"__name__": "__main__"}
+        try:
+            exec(compile(case["cell"], "<set-up cell>", "exec"), namespace)
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        device = str(namespace.get("device"))
+        result = {"pip": calls, "error": error, "device": device, "report": report}
+        print("@@RESULT@@" + json.dumps(result), flush=True)
     """
 )
 FRAMEWORKS = {"torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-cpu", "keras", "jax"}
@@ -84,44 +98,55 @@ IDS = [
     "+".join(lessons) if len(lessons) < 3 else f"{lessons[0]}-and-{len(lessons) - 1}-more"
     for lessons in CELLS.values()
 ]
+ON_COLAB = {"colab": True, "hide": True}  # a fresh Colab runtime: no gpucourse until pip ran
+OUTSIDE = {"colab": False, "hide": False}  # JupyterLab from `make lab`: gpucourse installed
 
 
-def run_cell(
-    source: str, tmp_path, *, colab: bool, hide: bool = True, gpu: bool = False
-) -> tuple[dict, str]:
+def run_cells(cases: list[dict], tmp_path, *, gpu: bool = False) -> list[tuple[dict, str]]:
+    """Each case ({cell, colab, hide}) in turn in one driver process: (outcome, what it printed)
+    for each."""
     env = ck.env()
     env.pop("GPUCOURSE_REQUIRE_GPU", None)
     if not gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU attached to this runtime
-    report = tmp_path / "pip-report.json"
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            colab_set.FAKE_COLAB + DRIVER if colab else DRIVER,
-            "hide" if hide else "show",
-            str(ck.ROOT),
-            str(report),
-            source,
-        ],
+        [sys.executable, "-u", "-c", DRIVER, str(ck.ROOT), str(tmp_path)],
+        input=json.dumps(cases),
         cwd=tmp_path,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # in order: what a case printed and warned stays with it
         text=True,
         timeout=300,
     )
-    out, _, tail = result.stdout.rpartition("@@RESULT@@")
-    assert result.returncode == 0 and tail, f"the driver failed:\n{result.stdout}\n{result.stderr}"
-    outcome = json.loads(tail)
-    outcome["installed"] = (
-        [
-            (item["metadata"]["name"], item["download_info"]["url"])
-            for item in json.loads(report.read_text())["install"]
-        ]
-        if report.exists()
-        else []
+    runs = result.stdout.split("@@CASE@@\n")[1:]
+    assert result.returncode == 0 and len(runs) == len(cases) and "@@RESULT@@" in runs[-1], (
+        f"the driver failed:\n{result.stdout}"
     )
-    return outcome, out + result.stderr
+    outcomes = []
+    for text in runs:
+        out, _, tail = text.rpartition("@@RESULT@@")
+        outcome = json.loads(tail)
+        report = Path(outcome.pop("report"))
+        outcome["installed"] = (
+            [
+                (item["metadata"]["name"], item["download_info"]["url"])
+                for item in json.loads(report.read_text())["install"]
+            ]
+            if report.exists()
+            else []
+        )
+        outcomes.append((outcome, out))
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict[tuple[str, bool], tuple[dict, str]]:
+    """(cell, on Colab) -> its outcome: every set-up cell on Colab and outside it, one process."""
+    cases = [{"cell": cell, **where} for cell in CELLS for where in (ON_COLAB, OUTSIDE)]
+    outcomes = run_cells(cases, tmp_path_factory.mktemp("set-up-cells"))
+    pairs = zip(cases, outcomes, strict=True)
+    return {(case["cell"], case["colab"]): outcome for case, outcome in pairs}
 
 
 def requirements(args: list[str]) -> list[str]:
@@ -136,8 +161,8 @@ def requirement_name(requirement: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", CELLS, ids=IDS)
-def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(source, tmp_path):
-    outcome, out = run_cell(source, tmp_path, colab=True)
+def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(source, ran):
+    outcome, out = ran[source, True]
     assert outcome["error"] is None, (
         f"the set-up cell failed on (simulated) Colab: {outcome['error']}\n{out}"
     )
@@ -170,8 +195,8 @@ def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(source, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", CELLS, ids=IDS)
-def test_outside_colab_it_installs_nothing(source, tmp_path):
-    outcome, out = run_cell(source, tmp_path, colab=False, hide=False)
+def test_outside_colab_it_installs_nothing(source, ran):
+    outcome, out = ran[source, False]
     assert outcome["error"] is None, outcome["error"]
     assert outcome["pip"] == [], "outside Colab the set-up cell installs nothing"
     assert outcome["device"] == "cpu" and "Falling back to the CPU" in out
@@ -180,7 +205,8 @@ def test_outside_colab_it_installs_nothing(source, tmp_path):
 
 @pytest.mark.parametrize("source", CELLS, ids=IDS)
 def test_outside_colab_without_the_helper_it_says_how_to_get_it(source, tmp_path):
-    outcome, _ = run_cell(source, tmp_path, colab=False, hide=True)
+    # its own process: the cell stops at `import gpucourse`, before PyTorch is imported
+    ((outcome, _),) = run_cells([{"cell": source, "colab": False, "hide": True}], tmp_path)
     assert outcome["pip"] == []
     assert (
         outcome["error"]
