@@ -65,6 +65,9 @@ def colab_env() -> dict[str, str]:
 @needs_env
 @pytest.mark.parametrize("lesson", ck.lessons())
 def test_solution_runs_under_nbval_in_the_colab_set(lesson):
+    # At the learner's sizes, as in tests/lessons/test_nbval.py: the grader's (NBGRADER_EXECUTION)
+    # cut under a tenth of this run's CPU time (measured for every lesson: its time is the kernel,
+    # PyTorch's and TensorFlow's imports and the demos' subprocesses, which no workload shrinks).
     notebook = ck.solution_path(lesson).relative_to(ck.ROOT)
     result = subprocess.run(
         [
