@@ -2,9 +2,9 @@
 runtime.
 
 Each distinct set-up cell of the lessons runs with Colab faked around it, as a fresh kernel would
-run it: one Python process runs every cell on Colab and outside it in turn (a module-scoped
-fixture), so PyTorch is imported once, not once a cell and case; before each run the process
-forgets every ``gpucourse`` module and sets or removes the stand-in Colab:
+run it. One Python process a case (on Colab; outside it) runs every cell in turn, so PyTorch is
+imported once a case, not once a cell: before each cell it forgets every ``gpucourse`` module and
+puts the stand-in Colab in place or takes it away:
 
 - Colab present = a ``google.colab`` module in ``sys.modules`` (what the cell tests);
 - ``gpucourse`` hidden until the cell's ``pip install`` has run (as on a fresh Colab runtime);
@@ -140,15 +140,6 @@ def run_cells(cases: list[dict], tmp_path, *, gpu: bool = False) -> list[tuple[d
     return outcomes
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory) -> dict[tuple[str, bool], tuple[dict, str]]:
-    """(cell, on Colab) -> its outcome: every set-up cell on Colab and outside it, one process."""
-    cases = [{"cell": cell, **where} for cell in CELLS for where in (ON_COLAB, OUTSIDE)]
-    outcomes = run_cells(cases, tmp_path_factory.mktemp("set-up-cells"))
-    pairs = zip(cases, outcomes, strict=True)
-    return {(case["cell"], case["colab"]): outcome for case, outcome in pairs}
-
-
 def requirements(args: list[str]) -> list[str]:
     """The requirement arguments of `pip install ...` (not its options)."""
     assert args[0] == "install", f"the set-up cell runs `pip {args[0]}`"
@@ -160,47 +151,49 @@ def requirement_name(requirement: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", CELLS, ids=IDS)
-def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(source, ran):
-    outcome, out = ran[source, True]
-    assert outcome["error"] is None, (
-        f"the set-up cell failed on (simulated) Colab: {outcome['error']}\n{out}"
-    )
-    (call,) = outcome["pip"]
-    assert not call["gpucourse_imported"], "install before importing gpucourse"
-    args = call["args"]
-    upgrades = {"-U", "--upgrade", "--force-reinstall", "--upgrade-strategy"} & set(args)
-    assert not upgrades, f"never upgrade Colab's packages: {args}"
-    wanted = requirements(args)
-    assert f"gpucourse @ git+{ck.repository_url()}" in wanted, (
-        f"gpucourse comes from the course repository: {wanted}"
-    )
-    for requirement in wanted:
-        assert requirement_name(requirement) not in FRAMEWORKS, (
-            f"Colab's own {requirement} must stay: {args}"
+def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(tmp_path):
+    ran = run_cells([{"cell": cell, **ON_COLAB} for cell in CELLS], tmp_path)
+    for lessons, (outcome, out) in zip(CELLS.values(), ran, strict=True):
+        on = f"the set-up cell of {', '.join(lessons)}"
+        assert outcome["error"] is None, (
+            f"{on} failed on (simulated) Colab: {outcome['error']}\n{out}"
         )
-        assert MAY_INSTALL.fullmatch(requirement_name(requirement)), (
-            f"the set-up cell installs {requirement}"
+        (call,) = outcome["pip"]
+        assert not call["gpucourse_imported"], f"{on}: install before importing gpucourse"
+        args = call["args"]
+        upgrades = {"-U", "--upgrade", "--force-reinstall", "--upgrade-strategy"} & set(args)
+        assert not upgrades, f"{on}: never upgrade Colab's packages: {args}"
+        wanted = requirements(args)
+        assert f"gpucourse @ git+{ck.repository_url()}" in wanted, (
+            f"{on}: gpucourse comes from the course repository: {wanted}"
         )
-    installed = dict(outcome["installed"])
-    assert installed.get("gpucourse") == f"file://{ck.ROOT}", (
-        "pip resolved the helper from the (local) repository"
-    )
-    assert not set(installed) & FRAMEWORKS, f"pip would install a framework: {installed}"
-    assert outcome["device"] == "cpu"
-    assert "Runtime > Change runtime type" in out, (
-        f"no GPU runtime: the cell must say how to attach one:\n{out}"
-    )
+        for requirement in wanted:
+            assert requirement_name(requirement) not in FRAMEWORKS, (
+                f"{on}: Colab's own {requirement} must stay: {args}"
+            )
+            assert MAY_INSTALL.fullmatch(requirement_name(requirement)), (
+                f"{on} installs {requirement}"
+            )
+        installed = dict(outcome["installed"])
+        assert installed.get("gpucourse") == f"file://{ck.ROOT}", (
+            f"{on}: pip resolved the helper from the (local) repository"
+        )
+        assert not set(installed) & FRAMEWORKS, f"{on}: pip would install a framework: {installed}"
+        assert outcome["device"] == "cpu", on
+        assert "Runtime > Change runtime type" in out, (
+            f"{on}: no GPU runtime: the cell must say how to attach one:\n{out}"
+        )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", CELLS, ids=IDS)
-def test_outside_colab_it_installs_nothing(source, ran):
-    outcome, out = ran[source, False]
-    assert outcome["error"] is None, outcome["error"]
-    assert outcome["pip"] == [], "outside Colab the set-up cell installs nothing"
-    assert outcome["device"] == "cpu" and "Falling back to the CPU" in out
-    assert "Runtime > Change runtime type" not in out, "Colab's advice is for Colab only"
+def test_outside_colab_it_installs_nothing(tmp_path):
+    ran = run_cells([{"cell": cell, **OUTSIDE} for cell in CELLS], tmp_path)
+    for lessons, (outcome, out) in zip(CELLS.values(), ran, strict=True):
+        on = f"the set-up cell of {', '.join(lessons)}"
+        assert outcome["error"] is None, f"{on}: {outcome['error']}"
+        assert outcome["pip"] == [], f"{on}: outside Colab the set-up cell installs nothing"
+        assert outcome["device"] == "cpu" and "Falling back to the CPU" in out, f"{on}:\n{out}"
+        assert "Runtime > Change runtime type" not in out, f"{on}: Colab's advice is for Colab only"
 
 
 @pytest.mark.parametrize("source", CELLS, ids=IDS)
