@@ -3,7 +3,7 @@ class.
 
 - ``without_tests``, ``deleted_tests_submission``, ``restored_after``: a submission with every test
   cell deleted, and where autograde put them back (tests/grading/test_deleted_cells.py,
-  test_grading.py);
+  test_grading.py, test_classroom.py);
 - ``check_report``, ``check_feedback``: the class report and the feedback of a class nbgrader
   graded, held to the gradebook (tests/grading/test_classroom.py).
 """
