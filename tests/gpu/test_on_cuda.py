@@ -293,7 +293,7 @@ def test_autograde_on_the_gpu(cuda, lesson, tmp_path, monkeypatch):
         ("solution", ck.submission_from(student, answers), set()),
         ("untouched", student, None),
         *[
-            (f.name, ck.submission_from(student, {**answers, **f.answers}), set(f.answers))
+            (f.name, ck.submission_from(student, {**answers, **f.answers}), f.wrong)
             for f in ck.fixtures(lesson)
         ],
     ]:
