@@ -43,13 +43,22 @@ def chromium_page():
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(60_000)
         try:
-            yield page
-        except BaseException:
-            with contextlib.suppress(Exception):
-                screenshot(page, "browser-failure.png")  # what the page showed when the test failed
-            raise
+            with failure_screenshot(page):
+                yield page
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def failure_screenshot(page):
+    """On an error inside, test-artifacts/browser-failure.png: what the page showed then (a page a
+    module's tests share is closed after the test that failed)."""
+    try:
+        yield page
+    except BaseException:
+        with contextlib.suppress(Exception):
+            screenshot(page, "browser-failure.png")
+        raise
 
 
 def screenshot(page, name: str) -> Path:
