@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,9 +245,44 @@ def scratch_course(tmp: Path, lessons_: list[str]) -> Path:
 
 
 def copy_course(target: Path) -> Path:
-    """make_notebooks' course copy; it grades with the installed course tools (coursetools), as the
-    course does."""
-    return make_notebooks.copy_course(target)
+    """make_notebooks' course copy, with a new gradebook; it grades with the installed course tools
+    (coursetools), as the course does."""
+    course = make_notebooks.copy_course(target)
+    (course / "gradebook.db").write_bytes(empty_gradebook())
+    return course
+
+
+def alembic_head() -> str:
+    """What nbgrader's get_alembic_version answers, read in this process: nbgrader runs `alembic
+    heads` in a new Python (seconds) to stamp each new gradebook."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
+        (head,) = ScriptDirectory.from_config(Config(ini)).get_heads()
+    return head
+
+
+def new_gradebook(db: Path, course_id: str = "default_course"):
+    """nbgrader's Gradebook at ``db``, stamped with alembic_head() if it is new."""
+    from unittest import mock
+
+    import nbgrader.api
+
+    with mock.patch.object(nbgrader.api, "get_alembic_version", alembic_head):
+        return nbgrader.api.Gradebook(f"sqlite:///{db}", course_id=course_id)
+
+
+@functools.cache
+def empty_gradebook() -> bytes:
+    """A new gradebook of the course, as nbgrader makes one (its tables, alembic's version stamp,
+    the course), made once per test process and copied into each scratch course."""
+    course_id = re.search(r'course_id = "([^"]+)"', (ROOT / "nbgrader_config.py").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gradebook.db"
+        new_gradebook(path, course_id.group(1)).close()
+        return path.read_bytes()
 
 
 def submit(course: Path, student: str, lesson: str, nb) -> Path:
@@ -338,5 +375,6 @@ def sandbox_course(tmp: Path, source: nbformat.NotebookNode | None = None) -> Pa
     nbformat.write(
         source or sandbox_source(), course / "source" / SANDBOX_ASSIGNMENT / SANDBOX_NAME
     )
+    (course / "gradebook.db").write_bytes(empty_gradebook())
     nbgrader(course, "generate_assignment", SANDBOX_ASSIGNMENT, "--force")
     return course

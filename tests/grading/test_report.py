@@ -18,7 +18,6 @@ import re
 import subprocess
 import warnings
 from pathlib import Path
-from unittest import mock
 
 import browserkit
 import coursekit as ck
@@ -80,24 +79,8 @@ def _printed(source: str, text: str, grade_id: str | None = None):
     return cell
 
 
-def _alembic_head() -> str:
-    """What nbgrader's get_alembic_version answers, read in this process: it runs `alembic heads`
-    in a new Python (seconds) to stamp a new gradebook."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-    from nbgrader.dbutil import _temp_alembic_ini
-
-    with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
-        (head,) = ScriptDirectory.from_config(Config(ini)).get_heads()
-    return head
-
-
 def _gradebook(course: Path):
-    import nbgrader.api
-    from nbgrader.api import Gradebook
-
-    with mock.patch.object(nbgrader.api, "get_alembic_version", _alembic_head):
-        return Gradebook(f"sqlite:///{course / 'gradebook.db'}")
+    return ck.new_gradebook(course / "gradebook.db")
 
 
 def synthetic_course(tmp: Path) -> Path:
