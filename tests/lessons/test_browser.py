@@ -214,9 +214,23 @@ def stopped(cells, before) -> bool:
     return bool(ran) and (cells[max(ran)][1] or max(ran) == last_code)
 
 
-def run_from_menu(page, command: str) -> None:
-    """Run cells from the Run menu and wait until the run is over (``stopped``)."""
-    run_and_wait(page, lambda: menu(page, "Run", command), command, stopped)
+class NothingRan(AssertionError):
+    """A run was started (its cells were queued) and ended with no cell run."""
+
+
+def run_from_menu(page, command: str, cell: int | None = None) -> None:
+    """Select ``cell`` (if given), run cells from the Run menu and wait until the run is over
+    (``stopped``). Right after a run that stopped at an error, the kernel may still be turning down
+    the requests queued behind the error when the next run's first request arrives: it turns that
+    one down too, and nothing runs. The learner sees nothing happen and runs again, once."""
+    for attempt in (1, 2):
+        if cell is not None:
+            select_cell(page, cell)
+        try:
+            return run_and_wait(page, lambda: menu(page, "Run", command), command, stopped)
+        except NothingRan:
+            if attempt == 2:
+                raise
 
 
 def run_and_wait(page, start, what: str, over) -> None:
@@ -235,8 +249,12 @@ def run_and_wait(page, start, what: str, over) -> None:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while True:
         wait_idle(page)
-        if over(page.evaluate(CELLS), since):
+        cells = page.evaluate(CELLS)
+        if over(cells, since):
             return
+        # idle, and no cell ran: the run started nowhere it should (never wait out the deadline)
+        if not ran_since(cells, since):
+            raise NothingRan(f"{what} ran no cell (cell {page.evaluate(ACTIVE)} is the active one)")
         assert time.monotonic() < deadline, f"{what} did not finish in {RUN_TIMEOUT_S} s"
 
 
@@ -328,11 +346,28 @@ def scroll_to_cell(page, index: int) -> None:
     page.wait_for_timeout(300)
 
 
+ACTIVE = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
+
+
 def select_cell(page, index: int) -> None:
-    """Click a cell's prompt area: selects it without entering edit mode."""
+    """Click a cell's prompt area: selects it without entering edit mode. A click can land on
+    another cell while the page still moves after a run (JupyterLab makes the last cell active when
+    Run All Below starts, and outputs still render): the selection is read back, and the learner
+    clicks again, until JupyterLab holds the cell active a moment later too."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     cell = page.locator(f"{NOTEBOOK} .jp-Cell").nth(index)
-    cell.scroll_into_view_if_needed()
-    cell.locator(".jp-InputPrompt").first.click()
+    for _ in range(5):
+        cell.scroll_into_view_if_needed()
+        cell.locator(".jp-InputPrompt").first.click()
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(f"i => ({ACTIVE})() === i", arg=index, timeout=2_000)
+            page.wait_for_timeout(300)
+            if page.evaluate(ACTIVE) == index:
+                return
+    raise AssertionError(
+        f"cell {index} could not be selected: cell {page.evaluate(ACTIVE)} is active"
+    )
 
 
 def scratch_lesson(tmp: Path) -> Path:
@@ -422,8 +457,7 @@ def test_student_notebook_in_jupyterlab(lab):
             nexts = [i for i, c in cells if i > first]
             if not nexts:
                 break
-            select_cell(page, nexts[0])
-            run_from_menu(page, "notebook:run-all-below")
+            run_from_menu(page, "notebook:run-all-below", cell=nexts[0])
             rounds += 1
             nb = save(page, path)
             cells = code_cells(nb)
@@ -608,8 +642,7 @@ def docs_screenshot() -> Path:
             first_test = next(
                 i for i, c in enumerate(nb.cells) if c in ck.nbgrader_cells(nb, "test")
             )
-            select_cell(page, first_test)
-            run_from_menu(page, "notebook:run-all-above")
+            run_from_menu(page, "notebook:run-all-above", cell=first_test)
             setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
             page.locator(f"{NOTEBOOK} .jp-Cell").nth(setup - 1).evaluate(
                 "cell => cell.scrollIntoView({block: 'start'})"
