@@ -36,8 +36,12 @@ time.sleep(120)  # rank 0 would wait for rank 1 forever
 NOISY = (
     RANKS
     + """
-import sys
+import sys, time
 print("UserWarning: something a framework says", file=sys.stderr, flush=True)
+sys.stdout.write("one line, ")  # torchrun reads the file meanwhile: it sees half a line
+sys.stdout.flush()
+time.sleep(0.5)
+print("written in two writes", flush=True)
 """
 )
 BAD_ARGUMENT = """
@@ -206,7 +210,7 @@ def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkey
     class Agent:  # a torchrun that ends at once, successfully
         def __init__(self, argv, env, **_):
             calls.append((argv, env))
-            self.stdout, self.pid = iter([]), 0
+            self.stdout, self.stderr, self.pid = iter([]), iter([]), 0
 
         def poll(self):
             return 0
@@ -354,15 +358,38 @@ def test_two_local_agents_meet_at_a_rendezvous_and_each_rank_output_is_prefixed(
     assert sorted(result.output(1)) == [
         "UserWarning: something a framework says",
         "hello from rank 1 of 2",
+        "one line, written in two writes",
     ], (
         "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
-        "(lesson 06 does)"
+        "(lesson 06 does); a line torchrun read in two pieces is one line again"
     )
     printed = capsys.readouterr().out
     assert (
         "[rank0]: hello from rank 0 of 2" in printed
         and "[rank1]: hello from rank 1 of 2" in printed
     )
+
+
+def test_a_line_torchrun_read_in_pieces_is_whole_again():
+    """torchrun heads each piece it reads; the pieces of a rank's line come back together, whatever
+    came between them (another rank's line, torchrun's own) and however the line ended."""
+    agent = [
+        "[rank0]: image batches copied: [rank1]: epoch 1: 0.52\n",
+        '[rank0]: {"count": 4}[rank0]: \n',
+        "torchrun's own line\n",
+        "\n",
+        "[rank1]: cut short, no end",
+    ]
+    pending = {}
+    lines = [line for text in agent for line in launch._rank_lines(text, pending)]
+    assert lines == [
+        ("1", "epoch 1: 0.52"),
+        ("0", 'image batches copied: {"count": 4}'),
+        (None, "torchrun's own line"),
+        (None, ""),
+        ("1", "cut short, no end"),
+    ]
+    assert not pending
 
 
 def ranks(result: launch.LaunchResult) -> list[int]:

@@ -44,6 +44,25 @@ class LaunchResult:
         return [text for source, text in self.lines if source == f"rank{rank}"]
 
 
+# torchrun's head of each piece of a rank's output (our TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
+_HEADER = re.compile(r"\[rank(\d+)\]: ?")
+
+
+def _rank_lines(text: str, pending: dict[str, str]) -> list[tuple[str | None, str]]:
+    """The whole lines in one line of an agent's output, as ``(rank, text)``; rank None: the
+    agent's own. torchrun may read a rank's line before the rank has written all of it (an
+    unbuffered ``print`` writes the line and its end apart): the pieces then come headed apart,
+    among other ranks' lines, and each rank's are joined (``pending``) until one ends a line."""
+    parts = _HEADER.split(text)
+    lines = [(None, parts[0].rstrip("\n"))] if parts[0].strip() or len(parts) == 1 else []
+    pairs = list(zip(parts[1::2], parts[2::2], strict=True))
+    for i, (rank, piece) in enumerate(pairs):
+        pending[rank] = pending.get(rank, "") + piece
+        if i == len(pairs) - 1:  # the agent's line ends here: so does the rank's
+            lines.append((rank, pending.pop(rank).rstrip("\n")))
+    return lines
+
+
 class LaunchError(RuntimeError):
     """A launch could not start, failed, or ran out of time; ``result`` holds what ran, if
     anything did."""
@@ -145,16 +164,15 @@ def torchrun(
     ...`` (``stream``); ``nnodes > 1``: that many local agents meet at a c10d rendezvous on
     127.0.0.1."""
 
-    # one thread per agent sorts its lines by source
-    def follow(index: int, agent: subprocess.Popen) -> None:
-        for text in agent.stdout:
-            # the prefix the template asks for
-            match = re.match(r"\[rank(\d+)\]: ?(.*)$", text.rstrip("\n"))
-            result.lines.append(
-                (f"rank{match[1]}", match[2]) if match else (f"agent{index}", text.rstrip("\n"))
-            )
-            if stream and match:
-                print(match[0], flush=True)
+    # a thread per agent and stream (torchrun heads a rank's stdout and stderr alike) sorts lines
+    def follow(index: int, pipe) -> None:
+        pending: dict[str, str] = {}
+        for text in pipe:
+            for rank, line in _rank_lines(text, pending):
+                result.lines.append((f"agent{index}" if rank is None else f"rank{rank}", line))
+                if stream and rank is not None:
+                    print(f"[rank{rank}]: {line}", flush=True)
+        result.lines += [(f"rank{rank}", line) for rank, line in pending.items()]  # cut short
 
     script = _check(script, nproc_per_node, nnodes, timeout)
     # each process's share of the cores
@@ -202,14 +220,15 @@ def torchrun(
                         env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
+                        stderr=subprocess.PIPE,
                         text=True,
                         errors="replace",
                         start_new_session=True,
                     )
                 )
-                readers.append(threading.Thread(target=follow, args=(i, agents[i]), daemon=True))
-                readers[i].start()
+                for pipe in (agents[i].stdout, agents[i].stderr):
+                    readers.append(threading.Thread(target=follow, args=(i, pipe), daemon=True))
+                    readers[-1].start()
             # until every agent has ended, one failed (the others are stopped below) or time is up
             while True:
                 codes = [agent.poll() for agent in agents]
