@@ -206,12 +206,11 @@ def ran_since(cells, before) -> list[int]:
     return [i for i, (c, b) in enumerate(zip(cells, before, strict=True)) if c and c[0] != b[0]]
 
 
-def stopped(cells, before) -> bool:
-    """A run (Run All, Run All Below) is over: the last cell it ran shows an error or is the last
-    code cell."""
-    ran = ran_since(cells, before)
-    last_code = max(i for i, c in enumerate(cells) if c)
-    return bool(ran) and (cells[max(ran)][1] or max(ran) == last_code)
+def ran_something(cells, before) -> bool:
+    """A run from the menu is over once the notebook is idle (``wait_idle``: no cell queued or
+    running) and it ran a cell. What it ran is read from the saved notebook: waiting here for its
+    last cell to show an error once waited out the deadline on a notebook idle for minutes."""
+    return bool(ran_since(cells, before))
 
 
 class NothingRan(AssertionError):
@@ -220,14 +219,14 @@ class NothingRan(AssertionError):
 
 def run_from_menu(page, command: str, cell: int | None = None) -> None:
     """Select ``cell`` (if given), run cells from the Run menu and wait until the run is over
-    (``stopped``). Right after a run that stopped at an error, the kernel may still be turning down
-    the requests queued behind the error when the next run's first request arrives: it turns that
-    one down too, and nothing runs. The learner sees nothing happen and runs again, once."""
+    (``ran_something``). A run that ran nothing (the selection moved, or the kernel turned the
+    request down while still clearing the queue behind an earlier error) is run again, once, as a
+    learner who sees nothing happen would."""
     for attempt in (1, 2):
         if cell is not None:
             select_cell(page, cell)
         try:
-            return run_and_wait(page, lambda: menu(page, "Run", command), command, stopped)
+            return run_and_wait(page, lambda: menu(page, "Run", command), command, ran_something)
         except NothingRan:
             if attempt == 2:
                 raise
