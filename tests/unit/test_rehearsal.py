@@ -16,9 +16,9 @@ import warnings
 
 import pytest
 import torch
+from coursetools.rehearsal import SYNC_MESSAGE, Rehearsal, parse
 
 import gpucourse
-from coursetools.rehearsal import SYNC_MESSAGE, Rehearsal, parse
 
 
 def reported(rehearsal: Rehearsal, code: str, namespace: dict) -> list:
@@ -32,7 +32,11 @@ def test_placement_as_on_cuda():
     with Rehearsal("t4") as r:
         host = torch.ones(4)
         batch = host.to("cuda")
-        assert (host.device.type, batch.device, batch.is_cuda) == ("cpu", torch.device("cuda:0"), True)
+        assert (host.device.type, batch.device, batch.is_cuda) == (
+            "cpu",
+            torch.device("cuda:0"),
+            True,
+        )
         assert (batch * 2 + 1).sum().device.type == "cuda"  # results stay on the device
         assert torch.zeros(2, device="cuda").device.type == "cuda"
         assert batch.cpu().device.type == "cpu" and batch.device.type == "cuda"
@@ -98,7 +102,7 @@ def test_reported_through_set_sync_debug_mode_as_cuda_reports_it():
 def test_a_frame_walker_sees_the_callers_line_next_to_the_warnings_module(warnings_module):
     """On CUDA no Python frame sits between the line and the warnings machinery; a referee that
     walks frames past the warnings module's finds the line. On Python 3.14 that module is
-    _py_warnings (the gap ``py314-warnings``), and a walker that knows only "warnings" stops early."""
+    _py_warnings (the gap ``py314-warnings``): a walker that knows only "warnings" stops early."""
     seen = []
 
     def walker(message, category, filename, lineno, file=None, line=None):
@@ -161,3 +165,10 @@ def test_a_training_step_runs_as_on_cuda():
             scaler.step(optimizer)
             scaler.update()
             assert len(r.syncs) - before == (0 if fused else 1)  # GradScaler's .item()
+
+
+def test_other_devices_are_left_alone():
+    with Rehearsal("t4"):
+        on_meta = torch.ones(2).to("cuda").to("meta")
+        assert on_meta.device.type == "meta" and torch.zeros(2, device="meta").device.type == "meta"
+        assert torch.ones(1).cuda(0).device.index == 0 and torch.ones(1).cuda().is_cuda

@@ -21,6 +21,9 @@ rehearsal adds is what CUDA would do differently around them:
   (``device_synchronize``), is not reported through that channel; it is counted apart.
 - **Machines.** A T4 with 2 vCPUs as on Colab, an L4, an A100, an H100 with 16 cores, with 1 to 8
   GPUs (``MACHINES``); ``torch.cuda.get_device_properties`` and the CPU count say so.
+- **Profiles and compiling.** A profile shows each reported synchronization as a
+  ``cudaStreamSynchronize`` event and each ``torch.cuda.synchronize()`` as ``cudaDeviceSynchronize``
+  (what CUPTI records); ``torch.compile`` returns the code as written (compiling is not modelled).
 - **Gaps** (``GAPS``): no DALI, no TensorFlow, no RAPIDS, no compiler for ``torch.compile``,
   Colab's pandas imported at kernel start, Python 3.14's pure-Python warnings module.
 
@@ -52,6 +55,7 @@ from coursetools.rehearsal.mode import (
     disguised,
     index_of,
     pin_tree,
+    profiled,
 )
 
 REHEARSE_VAR = "GPUCOURSE_REHEARSE"  # "t4", "h100:8", "t4:1:dali,compiler" (machine:gpus:gaps)
@@ -165,6 +169,7 @@ class Rehearsal:
 
     def _synchronize(self, device=None) -> None:
         self.syncs.explicit += 1
+        profiled("cudaDeviceSynchronize")
 
     def _properties(self, device=None):
         index = 0 if device is None else index_of(device) if not isinstance(device, int) else device
@@ -244,6 +249,8 @@ class Rehearsal:
             self._patch(os, "sched_getaffinity", lambda pid: set(range(m.cpus)))
         self._patch_autocast()
         self._patch_pinning()
+        self._patch_profiler()
+        self._patch(torch, "compile", _eager)
         self._open_gaps()
         self._mode = disguised(Mode, self._frames)(self)
         self._mode.__enter__()
@@ -275,6 +282,20 @@ class Rehearsal:
 
         self._patch(loader_pinning, "pin_memory", pin_memory)
 
+    def _patch_profiler(self) -> None:
+        """The profiler records the CPU side only (there are no kernels to trace), and still
+        synchronizes at its exit as on CUDA (``torch.autograd.profiler.profile.__exit__``)."""
+        profile = torch.autograd.profiler.profile
+        real_init = profile.__init__
+
+        def __init__(prof, *args, **kwargs):
+            real_init(prof, *args, **kwargs)
+            if prof.use_device == "cuda":
+                prof.kineto_activities.discard(torch.profiler.ProfilerActivity.CUDA)
+                prof.profiler_kind = torch.autograd.profiler.ProfilerState.KINETO
+
+        self._patch(profile, "__init__", __init__)
+
     def _open_gaps(self) -> None:
         for gap, modules in _MISSING_MODULES.items():
             if gap in self.gaps:
@@ -295,6 +316,11 @@ class Rehearsal:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+
+
+def _eager(model=None, **options):
+    """torch.compile, not modelled: the code runs as written (as where compiling fell back)."""
+    return (lambda fn: fn) if model is None else model
 
 
 def parse(spec: str) -> Rehearsal:

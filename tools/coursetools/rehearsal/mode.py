@@ -182,9 +182,8 @@ class Mode(TorchFunctionMode):
         if name == "cpu":
             target = "cpu"
         elif name == "cuda":
-            target = torch.device("cuda", rest.pop(0) if rest else kwargs.pop("device", None) or 0)
-            if isinstance(target.index, torch.device):
-                target = target.index
+            target = rest.pop(0) if rest else kwargs.pop("device", None)
+            target = torch.device("cuda", target or 0) if target in (None, *range(8)) else target
         else:
             target = kwargs.pop("device", None)
             if target is None and rest and not isinstance(rest[0], torch.dtype):
@@ -202,6 +201,8 @@ class Mode(TorchFunctionMode):
             out = _TO(tensor, *rest, non_blocking=non_blocking, **kwargs)
             self._mark(out, here)
             return out
+        if torch.device(target).type not in ("cpu", "cuda"):  # meta: PyTorch's own business
+            return _TO(tensor, target, *rest, non_blocking=non_blocking, **kwargs)
         there = self._check(target) if _is_cuda(target) else None
         crossing = (here is None) != (there is None) or (
             here is not None and there is not None and here != there
@@ -255,10 +256,18 @@ class Mode(TorchFunctionMode):
         ):
             caller, level = caller.f_back, level + 1
         r.syncs.reported.append((caller.f_code.co_filename, caller.f_lineno) if caller else None)
+        profiled("cudaStreamSynchronize")
         if r._debug_mode == 2:
             raise RuntimeError(SYNC_MESSAGE)
         if r._debug_mode == 1:
             warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=level)
+
+
+def profiled(runtime_call: str) -> None:
+    """What CUPTI would show the profiler: the CUDA runtime call, as an event of that name."""
+    if torch.autograd._profiler_enabled():
+        with torch.autograd.profiler.record_function(runtime_call):
+            pass
 
 
 def disguised(cls: type, module_name: str) -> type:
