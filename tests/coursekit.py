@@ -113,14 +113,17 @@ class Fixture:
         return set() if self.right else set(self.answers) - locked_ids(self.lesson)
 
 
-def fixtures(lesson: str | None = None) -> list[Fixture]:
-    """tests/fixtures/<lesson>/<name>.py, cells separated by `# %% <grade_id>` lines."""
+def fixtures(lesson: str | None = None, *, cuda: bool = False) -> list[Fixture]:
+    """tests/fixtures/<lesson>/<name>.py, cells separated by `# %% <grade_id>` lines; with ``cuda``,
+    tests/fixtures/<lesson>/cuda/<name>.py: mistakes only CUDA shows (a GPU grader, the CUDA
+    rehearsal), which a CPU grader passes."""
     found = []
-    for path in sorted(FIXTURES.glob(f"{lesson or '*'}/*.py")):
+    for path in sorted(FIXTURES.glob(f"{lesson or '*'}/{'cuda/' if cuda else ''}*.py")):
         parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
         sections = zip(parts[1::2], parts[2::2], strict=True)
         answers = {grade_id: source.strip("\n") for grade_id, source in sections}
-        found.append(Fixture(path.parent.name, path.stem, answers))
+        owner = path.parent.parent if cuda else path.parent
+        found.append(Fixture(owner.name, path.stem, answers))
     return found
 
 

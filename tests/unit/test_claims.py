@@ -108,6 +108,19 @@ def test_deferred_strict_mode_prints_and_records_a_failed_claim_and_goes_on(
     )  # not strict: the usual FAIL line only
 
 
+def test_a_claim_whose_measurement_did_not_happen_neither_passes_nor_fails(
+    tmp_path, monkeypatch, capsys
+):
+    """measured=None (no DALI, no compiler): recorded as not run, even in strict mode on CUDA."""
+    record = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+    assert claims.claim("DALI decodes on the GPU", None, device="cuda:0", at_least=1) is None
+    assert "Did not run here: DALI decodes on the GPU (at least 1)" in capsys.readouterr().out
+    (entry,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert (entry["passed"], entry["checked"], entry["measured"]) == (None, False, None)
+
+
 # The GPU checks of lessons 01-04, run on a CPU with fake measurements: each cell tagged
 # `gpu-check` is taken from the solution and executed as it stands, its device faked as CUDA, in
 # strict mode, so a failed claim raises. A broken path's numbers must fail it, a right one's pass.

@@ -10,6 +10,7 @@ has no Python frame, so the warning is attributed to its caller's line, as PyTor
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import sys
 import warnings
@@ -17,6 +18,7 @@ import warnings
 import coursekit as ck
 import pytest
 import torch
+from coursetools import rehearsal
 
 import gpucourse
 from gpucourse.device import DeviceFacts
@@ -209,3 +211,21 @@ def test_first_difference_names_what_changed():
     assert "RandomSampler" in nb["first_difference"]([batches[1], batches[0]], batches)
     assert "epochs" in nb["first_difference"](batches[:3], batches)
     assert "no_grad" in nb["first_difference"](batches + [torch.ones(16)], batches)
+
+
+@pytest.mark.parametrize("machine", [None, "t4", "t4:1:py314-warnings", "h100:8"])
+def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
+    """Ex.3's whole test cell against the GPU-only mistake (cuda/syncs_through_nonzero) and the
+    solution: a CPU grader cannot see the mistake; on the rehearsed CUDA path (Python 3.14's
+    warnings module too) it costs Ex.3, and the solution, copying as the settings say, passes."""
+    (fixture,) = ck.fixtures(LESSON, cuda=True)
+    test_cell = cell("test_fast_epoch")
+    for answer, wrong in ((fixture.answers["fast_epoch"], True), (cell("fast_epoch"), False)):
+        with rehearsal.parse(machine) if machine else contextlib.nullcontext():
+            nb = notebook("cuda" if machine else "cpu")
+            nb.update(lr=2e-3, F=torch.nn.functional, facts=gpucourse.device_facts(nb["device"]))
+            if wrong and machine:
+                with pytest.raises(AssertionError, match="synchronizations of your own in 3 steps"):
+                    run_as("__main__", f"{answer}\n{test_cell}", nb)
+            else:
+                run_as("__main__", f"{answer}\n{test_cell}", nb)

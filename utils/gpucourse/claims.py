@@ -1,8 +1,10 @@
 """What a lesson says a GPU does, as checks: measured on CUDA, printed with the device, collected.
 
 ``claim`` checks one statement when the work ran on CUDA and, on any other device, says in one
-sentence what it would check. ``needs`` states a precondition of a lesson's GPU path (two GPUs, a C
-compiler, a TensorFlow that sees the GPU); an unmet one is "not validated on GPU", never passed.
+sentence what it would check; ``measured=None`` (the measurement did not happen: no DALI, no
+compiler) records that it did not run, never a pass or a failure. ``needs`` states a
+precondition of a lesson's GPU path (two GPUs, a C compiler, a TensorFlow that sees the GPU); an
+unmet one is "not validated on GPU", never passed.
 Both append one JSON line to the file named by ``GPUCOURSE_CLAIMS`` when it is set (the GPU runner
 sets it per lesson). In strict mode (``GPUCOURSE_REQUIRE_GPU=1``) a failed claim raises, so the
 lesson fails; elsewhere it prints the failure and the lesson goes on. With
@@ -33,7 +35,7 @@ def _deferred() -> bool:
 
 def claim(
     text: str,
-    measured: float,
+    measured: float | None,
     *,
     device,
     at_least: float | None = None,
@@ -44,9 +46,16 @@ def claim(
     """Check ``at_least <= measured <= at_most`` on CUDA; ``None`` and one sentence elsewhere."""
     if at_least is None and at_most is None:
         raise ValueError("a claim needs a bound: at_least=, at_most= or both")
-    measured = float(measured)  # a NumPy or 0-d tensor value too; the record is JSON
     bounds = (("at least", at_least), ("at most", at_most))
     bound = " and ".join(f"{word} {value:g}{unit}" for word, value in bounds if value is not None)
+    if measured is None:
+        print(f"Did not run here: {text} ({bound}): its measurement did not happen.")
+        entry = {"kind": "claim", "claim": text, "measured": None, "bound": bound, "unit": unit}
+        _record(
+            {**entry, "passed": None, "checked": False, "device": str(device), "source": source}
+        )
+        return None
+    measured = float(measured)  # a NumPy or 0-d tensor value too; the record is JSON
     value = f"{measured:.3g}{unit}"
     if str(device).split(":")[0] != "cuda":
         here = f"here on {device} it is {value}, not checked"

@@ -36,7 +36,7 @@ def _install(claims) -> None:
 
         def claim(text, measured, *, device, **bounds):
             result = checked_claim(text, measured, device=device, **bounds)
-            if result is None:  # not on CUDA: what a GPU would check
+            if result is None and measured is not None:  # not on CUDA: what a GPU would check
                 _record(
                     {
                         "kind": "claim",
