@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import coursekit as ck
 import pytest
+import torch
+from coursetools import rehearsal
 from coursetools.rehearsal.kernel import Run, run
+
+import gpucourse
 
 
 def rehearse(lesson: str, machine: str, fixture: str | None = None) -> Run:
@@ -54,3 +58,68 @@ def test_lesson_05_on_a_gpu_without_dali():
     assert all("DALI is not installed" in e for e in result.errors.values()), result.errors
     verdicts = {c["claim"]: c["passed"] for c in result.claims if c["kind"] == "claim"}
     assert verdicts and set(verdicts.values()) == {None}, verdicts
+
+
+# Lesson 08, in this process: its cells on the rehearsed CUDA path, at nbgrader's sizes.
+PROFILE = "08_profile_and_compile"
+PROFILE_CELLS = (
+    "import torch.nn.functional as F",
+    "batch_size = gpucourse.workload",
+    "model = gpucourse.SmallCNN().to(device)\noptimizer",
+    "from torch.profiler import ProfilerActivity",
+    "SYNCS = ",
+    "def slow_epoch(",
+    "def fast_epoch(",
+)
+
+
+def lesson_cell(lesson: str, needle: str) -> str:
+    (found,) = [c.source for c in ck.read(ck.solution_path(lesson)).cells if needle in c.source]
+    return found
+
+
+def lesson_08_on(machine: str) -> dict:
+    namespace = {"__name__": "__main__", "gpucourse": gpucourse, "torch": torch}
+    namespace["device"] = gpucourse.choose_device(verbose=False)
+    for needle in PROFILE_CELLS:
+        exec(lesson_cell(PROFILE, needle), namespace)
+    return namespace
+
+
+def test_lesson_08_counts_each_loops_own_waits_on_cuda(monkeypatch):
+    """The side-by-side counts on a GPU: the slow loop's three waits a step (two blocking copies,
+    one .item()) and the fast loop's one read, not the profiler's own synchronize at its exit."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with rehearsal.Rehearsal("t4"):
+        nb = lesson_08_on("t4") | {"sort_by": "self_cpu_time_total"}
+        exec(lesson_cell(PROFILE, "slow_loss, slow_profile = profile_epoch(slow_epoch"), nb)
+        side_by_side = lesson_cell(PROFILE, 'profiles_by_loop = {"slow"').rsplit("\n", 1)
+        exec(side_by_side[0], nb)
+        counts = eval(side_by_side[1], nb)
+    assert counts == {"slow": 3 * len(nb["batches"]), "fast": 1}, counts
+
+
+def test_lesson_08_sees_a_copy_to_cuda_written_without_an_index(monkeypatch):
+    """`.to("cuda", non_blocking=True)` is a copy to the device (cuda:0) as much as
+    `.to(device)`: Exercise 2's test, on the rehearsed T4, keeps its points."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with rehearsal.Rehearsal("t4"):
+        nb = lesson_08_on("t4")
+        answer = lesson_cell(PROFILE, "def fast_epoch(").replace(".to(device,", '.to("cuda",')
+        assert answer.count('.to("cuda",') == 2
+        exec(answer, nb)
+        exec(lesson_cell(PROFILE, "def twins():"), nb)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 5, 8])
+def test_lesson_06_grades_the_same_job_on_any_number_of_gpus(gpus):
+    """Exercise 3's job (ranks, batches) does not depend on the grader's GPUs: with more ranks a
+    partial last batch would make `drop_last=True`, a right idiom, change the experiment."""
+    with rehearsal.Rehearsal("h100", gpus=gpus):
+        nb = {"gpus": torch.cuda.device_count()}
+        exec(lesson_cell("06_data_parallel", 'backend = "nccl" if gpus >= 2'), nb)
+        job = lesson_cell("06_data_parallel", "settings = dict(samples=48").split("\n")
+        exec(next(line for line in job if line.startswith("settings = ")), nb)
+    assert (nb["backend"], nb["nproc"]) == ("gloo" if gpus == 1 else "nccl", 2)
+    per_rank = nb["settings"]["samples"] // nb["nproc"]
+    assert per_rank % (nb["settings"]["global_batch_size"] // nb["nproc"]) == 0  # no partial batch
