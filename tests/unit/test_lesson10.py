@@ -19,6 +19,7 @@ import coursekit as ck
 import numpy as np
 import pytest
 import torch
+from coursetools import rehearsal
 
 import gpucourse
 
@@ -89,7 +90,7 @@ def test_without_a_cuda_device_nothing_is_imported_and_the_lesson_says_plain_pan
     ns = notebook("accelerators")
     ns["importlib"] = importer({})  # any import attempt would raise KeyError
     for name, library in ns["IMPORTED_FIRST"].items():
-        state = ns["start_accelerator"](name, torch.device("cpu"), modules={})
+        state = ns["start_accelerator"](name, torch.device("cpu"), namespace={})
         assert state.startswith("off: no CUDA GPU here (cpu)") and f"plain {library}" in state
 
 
@@ -98,7 +99,7 @@ def test_on_cuda_with_rapids_the_accelerator_is_installed_once(name):
     module = Installable(name)
     ns = notebook("accelerators")
     ns["importlib"] = importer({name: module})
-    assert ns["start_accelerator"](name, "cuda:0", modules={}) == ns["ON"]
+    assert ns["start_accelerator"](name, "cuda:0", namespace={}) == ns["ON"]
     assert module.installs == 1
 
 
@@ -107,16 +108,29 @@ def test_a_library_imported_first_keeps_the_accelerator_off_and_says_restart(nam
     module = Installable(name)
     ns = notebook("accelerators")
     ns["importlib"] = importer({name: module})
-    state = ns["start_accelerator"](name, "cuda", modules={first: object()})
-    assert state.startswith("off:") and first in state and "restart the kernel" in state
+    state = ns["start_accelerator"](name, "cuda", namespace={"lib": types.ModuleType(first)})
+    assert state.startswith("off: `lib` is plain") and first in state and "restart" in state
     assert module.installs == 0, "installing after the import would accelerate nothing"
+
+
+def test_on_colab_pandas_loaded_at_start_up_is_no_reason_to_stay_off():
+    """Colab's kernel imports pandas as it starts (the rehearsal's colab-pandas gap); cuDF's
+    installer moves that module aside (ModuleAccelerator.__new__), so only a name the notebook
+    bound to plain pandas keeps the accelerator off. The cell runs with the notebook's globals."""
+    module = Installable("cudf.pandas")
+    with rehearsal.Rehearsal("t4", gaps=("colab-pandas",)):
+        ns = notebook("accelerators")
+        ns["importlib"] = importer({"cudf.pandas": module})
+        assert "pandas" in sys.modules and "pd" not in ns
+        exec("state = start_accelerator('cudf.pandas', gpucourse.choose_device())", ns)
+    assert ns["state"] == ns["ON"] and module.installs == 1
 
 
 def test_rapids_missing_is_one_sentence_with_the_install_command():
     ns = notebook("accelerators")
     missing = ModuleNotFoundError("No module named 'cudf'", name="cudf")
     ns["importlib"] = importer({"cudf.pandas": missing})
-    state = ns["start_accelerator"]("cudf.pandas", "cuda", modules={})
+    state = ns["start_accelerator"]("cudf.pandas", "cuda", namespace={})
     assert state.startswith("off: RAPIDS is not installed") and ns["RAPIDS_PIP"] in state
     assert "\n" not in state
 
@@ -128,9 +142,9 @@ def test_a_broken_rapids_install_or_driver_is_reported_not_raised():
     ns["importlib"] = importer(
         {"cudf.pandas": dependency, "cuml.accel": Installable("cuml.accel", no_driver)}
     )
-    state = ns["start_accelerator"]("cudf.pandas", "cuda", modules={})
+    state = ns["start_accelerator"]("cudf.pandas", "cuda", namespace={})
     assert state.startswith("off: cudf.pandas could not start") and "rmm" in state
-    state = ns["start_accelerator"]("cuml.accel", "cuda", modules={})
+    state = ns["start_accelerator"]("cuml.accel", "cuda", namespace={})
     assert state == f"off: cuml.accel could not start (RuntimeError: {no_driver})"
 
 
