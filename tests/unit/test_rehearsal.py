@@ -172,3 +172,11 @@ def test_other_devices_are_left_alone():
         on_meta = torch.ones(2).to("cuda").to("meta")
         assert on_meta.device.type == "meta" and torch.zeros(2, device="meta").device.type == "meta"
         assert torch.ones(1).cuda(0).device.index == 0 and torch.ones(1).cuda().is_cuda
+
+
+def test_what_it_cannot_model_says_so():
+    with Rehearsal("t4"):
+        with pytest.raises(NotImplementedError, match="not modelled by the CUDA rehearsal"):
+            torch.cuda.max_memory_allocated()
+        model = gpucourse.SmallCNN(width=4)
+        assert torch.compile(model) is model  # compiling: the code runs as written

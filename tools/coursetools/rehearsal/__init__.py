@@ -228,6 +228,9 @@ class Rehearsal:
             "current_stream": lambda device=None: _Stream(self),
             "default_stream": lambda device=None: _Stream(self),
         }
+        for name in _MEMORY_STATISTICS:
+            patches[name] = _not_modelled(f"torch.cuda.{name}: CUDA memory statistics")
+        patches["empty_cache"] = lambda: None
         for name, value in patches.items():
             self._patch(cuda, name, value)
         accelerator = {  # torch.accelerator (PyTorch 2.6+), which optimizers and loaders ask
@@ -316,6 +319,20 @@ class Rehearsal:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+
+
+_MEMORY_STATISTICS = (
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info",
+    "set_per_process_memory_fraction", "memory_snapshot",
+)  # fmt: skip
+
+
+def _not_modelled(what: str):
+    def call(*args, **kwargs):
+        raise NotImplementedError(f"{what} are not modelled by the CUDA rehearsal (run on a GPU)")
+
+    return call
 
 
 def _eager(model=None, **options):
