@@ -2,16 +2,15 @@
 
 The definitions (`spy`, `Watch`, `BatchLog`, the read detectors, the tests' `check_settings` and
 `first_difference`) are compiled from the solution notebook's own cells, so these tests pin the
-code learners are graded by. What only a GPU does is faked: `torch.cuda.set_sync_debug_mode` and a
-synchronizing call that issues PyTorch's warning from C (a `functools.partial` of `warnings.warn`
-has no Python frame, so the warning is attributed to its caller's line, as PyTorch's is).
+code learners are graded by. What only a GPU does comes from the CUDA rehearsal
+(`coursetools.rehearsal`): `set_sync_debug_mode`, and the synchronizations it reports from the line
+that made them.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import sys
 import warnings
 
@@ -24,9 +23,6 @@ import gpucourse
 from gpucourse.device import DeviceFacts
 
 LESSON = "09_make_it_fast"
-SYNC = (
-    "called a synchronizing CUDA operation"  # PyTorch's warning under set_sync_debug_mode("warn")
-)
 
 
 def cell(grade_id: str) -> str:
@@ -124,22 +120,21 @@ def test_watch_counts_hidden_reads_of_this_notebook_only():
     assert torch.Tensor.to is not None and "wrapper" not in torch.Tensor.tolist.__qualname__
 
 
-def test_watch_on_cuda_counts_synchronizations_and_tells_whose(monkeypatch):
-    modes = []
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
-    sync = functools.partial(warnings.warn, SYNC)  # from C: the warning is the caller line's
-    monkeypatch.setattr(torch.cuda, "synchronize", sync)
-    nb = notebook("cuda")
-    nb["blocking_copy"] = sync
-    with pytest.warns(UserWarning, match="something else"), nb["Watch"]() as watch:
-        run_as("__main__", "torch.cuda.synchronize()\nblocking_copy()", nb)  # the notebook's own
-        run_as(
-            "torch.amp.fake_scaler", "torch.cuda.synchronize()\nblocking_copy()", nb
-        )  # PyTorch's
-        run_as("__main__", "warnings.warn('something else')", nb)  # shown, not counted
-    assert modes == ["warn", "default"]
-    assert (watch.syncs, watch.own_syncs, watch.reads) == (4, 2, 1)
-    assert torch.cuda.synchronize is sync  # the spy is gone
+def test_watch_on_cuda_counts_synchronizations_and_tells_whose():
+    """On the rehearsed CUDA path: the notebook's blocking copy and read are its own syncs, a
+    library's are counted but not its own; torch.cuda.synchronize() waits without a warning (as on
+    CUDA) and the spy counts it as a read; other warnings are shown."""
+    with rehearsal.Rehearsal("t4"):
+        nb = notebook("cuda")
+        with pytest.warns(UserWarning, match="something else"), nb["Watch"]() as watch:
+            mine = "x = torch.ones(3).to(device)\nx.sum().item()\ntorch.cuda.synchronize()"
+            run_as("__main__", mine, nb)
+            run_as("torch.amp.fake_scaler", "y = torch.ones(3).to(device)\ny.sum().item()", nb)
+            run_as("__main__", "warnings.warn('something else')", nb)
+            assert torch.cuda.get_sync_debug_mode() == 1  # "warn" while watching
+        assert torch.cuda.get_sync_debug_mode() == 0
+    assert (watch.syncs, watch.own_syncs, watch.reads) == (4, 2, 2)
+    assert "wrapper" not in torch.cuda.synchronize.__qualname__  # the spy is gone
 
 
 def test_batch_log_records_each_pass_once_with_autograd_and_start():
