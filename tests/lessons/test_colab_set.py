@@ -92,6 +92,19 @@ def test_solution_runs_under_nbval_in_the_colab_set(lesson):
     )
 
 
+@pytest.mark.slow
+@needs_env
+def test_the_cuda_rehearsal_holds_on_colabs_pytorch():
+    """The rehearsal's model (tests/unit/test_rehearsal.py) on Colab's PyTorch and Python, the
+    gpucourse there being the one its set-up cells installed."""
+    tests = ck.ROOT / "tests"
+    env = colab_env() | {"PYTHONPATH": f"{ck.ROOT / 'tools'}{os.pathsep}{tests}"}
+    command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    command += [str(tests / "unit" / "test_rehearsal.py")]
+    result = subprocess.run(command, cwd=ck.ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
 def test_what_the_set_up_cells_add_on_colab_is_in_the_colab_set():
     """A set-up cell may add a package on Colab (lesson 05: DALI); the Colab set has it at the
     version the cell names."""
