@@ -49,6 +49,14 @@ def test_every_graded_cell_passes_on_the_cuda_path(lesson):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lesson", sorted(MACHINES))
+def test_right_answers_written_another_way_keep_their_marks_on_the_cuda_path(lesson):
+    (right,) = [f.name for f in ck.fixtures(lesson) if f.right]
+    result = rehearse(lesson, MACHINES[lesson], fixture=right)
+    assert result.errors == {}, result.errors
+
+
+@pytest.mark.slow
 def test_lesson_09_on_a_t4():
     """Every graded cell passes on the CUDA path (the visible test of Ex.3 copies as the settings
     say); the synchronization counts the text states hold: five a step for the baseline, a few
