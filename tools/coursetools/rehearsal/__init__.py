@@ -11,9 +11,10 @@ rehearsal adds is what CUDA would do differently around them:
 - **Synchronizations.** The operations that make a CUDA stream wait (PyTorch's
   ``c10/cuda/CUDAFunctions.h``: ``memcpy_and_sync`` and ``stream_synchronize``) are reported as
   ``torch.cuda.set_sync_debug_mode("warn")`` reports them: a ``UserWarning`` "called a
-  synchronizing CUDA operation", attributed to the Python line that made the call, with no Python
-  frame between that line and the warnings machinery but frames a frame walker takes for the
-  warnings module. They are: a blocking copy to or from the device (``.to``, ``.cuda()``,
+  synchronizing CUDA operation", attributed to the Python line that made the call. On CUDA no
+  Python frame sits between that line and the warnings machinery; the rehearsal's own frames there
+  carry the warnings module's name, so a referee that walks frames sees what it sees on CUDA.
+  They are: a blocking copy to or from the device (``.to``, ``.cuda()``,
   ``.cpu()``, ``copy_``, ``Module.to``, ``torch.tensor(data, device=...)``), a read of a value
   (``.item()``, ``.tolist()``, ``bool()``, ``float()``, ``int()``, printing), and the operations
   whose output size is on the device (``nonzero``, boolean-mask indexing, ``masked_select``,
@@ -28,8 +29,9 @@ rehearsal adds is what CUDA would do differently around them:
   Colab's pandas imported at kernel start, Python 3.14's pure-Python warnings module.
 
 What it cannot model: timings (nothing runs ahead of the host, so a sync costs nothing), kernels
-and their numerics (fp16 and bf16 run CPU autocast's op lists), memory statistics, streams,
-several GPUs in one process (every device tensor computes in the same host memory), NCCL.
+and their numerics (fp16 and bf16 run CPU autocast's op lists), CUDA memory statistics (they raise
+NotImplementedError), streams, compiling, several GPUs in one process (DataParallel; every device
+tensor computes in the same host memory), NCCL and the ranks torchrun starts.
 
 ``Rehearsal(machine, gpus=, gaps=)`` is a context manager for a test's process;
 a kernel rehearses from its start when ``GPUCOURSE_REHEARSE`` names a machine
