@@ -735,12 +735,13 @@ def test_report_lists_the_claims_that_did_not_run_by_name():
         {"cell": 5, "part": "PyTorch", "text": "{n} GB/s", "pattern": ".*? GB/s"},
         {"cell": 9, "part": "TensorFlow", "text": "tf.data wins", "pattern": "tf\\.data wins"},
     ]
-    nb = _notebook(
-        "02_tensors_on_device", uses=("claims",), claims=[_claim("pinned is faster", True)]
-    )
+    unmeasured = {"kind": "claim", "claim": "4 GB/s", "measured": None, "checked": False}
+    claims = [_claim("pinned is faster", True), unmeasured]  # claim(..., None): no measurement
+    nb = _notebook("02_tensors_on_device", uses=("claims",), claims=claims)
     built, markdown = _build(WITH_TF, [nb], catalogue={"02_tensors_on_device": entries})
     row = built["notebooks"][0]
     assert row["claims_not_run"] == ["{n} GB/s", "tf.data wins"] and row["result"] == "passed"
+    assert row["would_check"] == []
     assert (
         f"- {row['notebook']}: {{n}} GB/s" in markdown and "## Claims that did not run" in markdown
     )

@@ -70,8 +70,10 @@ def lesson_row(nb: dict, status: dict, facts: dict, run: dict) -> dict:
     cases = nb.get("cases", [])
     bad = [c for c in cases if c["outcome"] in {"failed", "error"}]
     claims = _classify_claims(nb, run.get("busy") or [])
-    unchecked = [
-        e for e in nb.get("claims", []) if e["kind"] == "claim" and not e.get("checked", True)
+    unchecked = [  # measured on a CPU (a rehearsal); measured None: its measurement did not happen
+        e
+        for e in nb.get("claims", [])
+        if e["kind"] == "claim" and not e.get("checked", True) and e.get("measured") is not None
     ]
     ran, not_run = claims_catalogue.match(entries, [*claims, *unchecked])
     unmet = unmet_needs(nb, status, run.get("rehearsal", False))
