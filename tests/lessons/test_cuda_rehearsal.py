@@ -11,6 +11,9 @@ asserted here: a claim on seconds is this CPU's.
 
 from __future__ import annotations
 
+import json
+import os
+
 import coursekit as ck
 import pytest
 import torch
@@ -151,3 +154,21 @@ def test_lesson_06_grades_the_same_job_on_any_number_of_gpus(gpus):
     assert (nb["backend"], nb["nproc"]) == ("gloo" if gpus == 1 else "nccl", 2)
     per_rank = nb["settings"]["samples"] // nb["nproc"]
     assert per_rank % (nb["settings"]["global_batch_size"] // nb["nproc"]) == 0  # no partial batch
+
+
+def test_lesson_08_on_a_gpu_without_a_compiler_claims_no_compiled_speed_up(tmp_path, monkeypatch):
+    """No C compiler: the precondition is unmet, and the compiled step's claim did not run (it
+    used to pass at a default of 1.0)."""
+    monkeypatch.setenv("GPUCOURSE_CLAIMS", str(tmp_path / "claims.jsonl"))
+    with rehearsal.Rehearsal("l4", gaps=("compiler",)):
+        nb = {"os": os, "torch": torch, "gpucourse": gpucourse}
+        nb["device"] = gpucourse.choose_device(verbose=False)
+        for needle in (
+            "import torch._inductor.config",
+            "# @title GPU check: a C",
+            "# @title GPU check: the compiled inference",
+        ):
+            exec(lesson_cell(PROFILE, needle), nb)
+    records = (tmp_path / "claims.jsonl").read_text().splitlines()
+    verdicts = [(r["kind"], r.get("met"), r.get("passed")) for r in map(json.loads, records)]
+    assert verdicts == [("precondition", False, None), ("claim", None, None)], verdicts

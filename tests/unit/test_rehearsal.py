@@ -11,6 +11,7 @@
   (``torch/autograd/profiler.py``).
 """
 
+import shutil
 import sys
 import warnings
 
@@ -144,6 +145,8 @@ def test_gaps_a_machine_has():
         assert gpucourse.import_dali() is None
     with Rehearsal("t4", gaps=("colab-pandas",)):
         assert "pandas" in sys.modules
+    with Rehearsal("h100", gaps=("compiler",)):
+        assert shutil.which("gcc") is None and shutil.which("cc") is None and shutil.which("ls")
 
 
 def test_a_training_step_runs_as_on_cuda():

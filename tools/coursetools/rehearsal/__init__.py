@@ -306,11 +306,21 @@ class Rehearsal:
             if gap in self.gaps:
                 for module in modules:  # None in sys.modules: `import` raises ImportError
                     self._set_item(sys.modules, module, None)
-        if "compiler" in self.gaps:  # what a GPU machine without gcc gives Triton and Inductor
-            self._set_item(os.environ, "CC", "/nonexistent/cc")
-            self._set_item(os.environ, "CXX", "/nonexistent/c++")
+        if "compiler" in self.gaps:  # a GPU machine without gcc: nothing to build Triton's launcher
+            import shutil
+
             import torch._inductor.config as inductor
 
+            for name in ("CC", "CXX"):
+                if name in os.environ:
+                    self._set_item(os.environ, name, "")
+            real_which = shutil.which
+
+            def which(command, *args, **kwargs):
+                found = real_which(command, *args, **kwargs)
+                return None if found and os.path.basename(found) in _COMPILERS else found
+
+            self._patch(shutil, "which", which)
             self._patch(inductor.cpp, "cxx", (None, "/nonexistent/c++"))
         if "colab-pandas" in self.gaps:
             import pandas  # noqa: F401 (Colab's kernel imports it at start-up)
@@ -323,6 +333,7 @@ class Rehearsal:
         self._undo.clear()
 
 
+_COMPILERS = {"cc", "c++", "gcc", "g++", "clang", "clang++"}
 _MEMORY_STATISTICS = (
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info",
