@@ -127,8 +127,9 @@ def test_the_sync_counts_read_the_rows_of_one_kind_per_device():
         assert set(namespace["SYNCS"]) == expected
 
 
-def test_every_profiler_in_lesson_08_keeps_its_events_so_colab_prints_no_warning():
-    sources = [c.source for c in ck.read(ck.solution_path(PROFILE)).cells if c.cell_type == "code"]
+@pytest.mark.parametrize("lesson", [PROFILE, "09_make_it_fast"])
+def test_every_profiler_in_lessons_08_and_09_keeps_its_events_so_colab_prints_no_warning(lesson):
+    sources = [c.source for c in ck.read(ck.solution_path(lesson)).cells if c.cell_type == "code"]
     calls = [s for s in sources if re.search(r"\bprofile\(activities", s)]
     assert calls and all("acc_events=True" in s for s in calls)
 
