@@ -113,6 +113,18 @@ def test_a_library_imported_first_keeps_the_accelerator_off_and_says_restart(nam
     assert module.installs == 0, "installing after the import would accelerate nothing"
 
 
+def test_a_rerun_does_not_take_the_accelerators_own_modules_for_plain_ones():
+    """Run again after they started: cudf.pandas's proxy module (loaded by its ModuleAccelerator)
+    and cuml.accel's AccelModule wrapper are not the plain libraries."""
+    ns = notebook("accelerators")
+    wrapper = type("AccelModule", (types.ModuleType,), {})("sklearn.cluster")
+    proxy = types.ModuleType("pandas")
+    proxy.__loader__ = type("ModuleAccelerator", (), {})()
+    for name, module in (("cuml.accel", wrapper), ("cudf.pandas", proxy)):
+        ns["importlib"] = importer({name: Installable(name)})
+        assert ns["start_accelerator"](name, "cuda", namespace={"lib": module}) == ns["ON"]
+
+
 def test_on_colab_pandas_loaded_at_start_up_is_no_reason_to_stay_off():
     """Colab's kernel imports pandas as it starts (the rehearsal's colab-pandas gap); cuDF's
     installer moves that module aside (ModuleAccelerator.__new__), so only a name the notebook
