@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import types
 from dataclasses import dataclass
 
 import torch
 
+from coursetools.rehearsal import fakes
 from coursetools.rehearsal.mode import (
     SYNC_MESSAGE,
     Mode,
@@ -92,53 +92,6 @@ _MISSING_MODULES = {
     "tensorflow": ("tensorflow",),
     "rapids": ("cudf", "cudf.pandas", "cuml", "cuml.accel", "cupy"),
 }
-
-
-class _Event:
-    """torch.cuda.Event on the host clock (elapsed_time in milliseconds, as CUDA's)."""
-
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
-        self.at, self._rehearsal = None, _ACTIVE[-1] if _ACTIVE else None
-
-    def record(self, stream=None):
-        self.at = time.perf_counter()
-
-    def synchronize(self):
-        if self._rehearsal:
-            self._rehearsal.syncs.explicit += 1
-
-    def query(self):
-        return True
-
-    def wait(self, stream=None):
-        pass
-
-    def elapsed_time(self, end) -> float:
-        if self.at is None or end.at is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end.at - self.at) * 1000.0
-
-
-class _Stream:
-    """The one stream of the rehearsal: nothing runs ahead of the host, so waiting is free."""
-
-    def __init__(self, rehearsal):
-        self._rehearsal = rehearsal
-
-    def is_capturing(self) -> bool:
-        return False
-
-    def synchronize(self) -> None:  # stream_synchronize: CUDA reports this one
-        self._rehearsal.sync()
-
-    def wait_stream(self, stream) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-
-_ACTIVE: list = []
 
 
 class Rehearsal:
@@ -219,7 +172,7 @@ class Rehearsal:
             "synchronize": self._synchronize,
             "set_sync_debug_mode": self._set_sync_debug_mode,
             "get_sync_debug_mode": lambda: self._debug_mode,
-            "Event": _Event,
+            "Event": fakes.Event,
             "manual_seed": lambda seed: None,
             "manual_seed_all": lambda seed: None,
             "is_initialized": lambda: True,
@@ -227,11 +180,11 @@ class Rehearsal:
         }
         patches |= {
             "is_current_stream_capturing": lambda: False,
-            "current_stream": lambda device=None: _Stream(self),
-            "default_stream": lambda device=None: _Stream(self),
+            "current_stream": lambda device=None: fakes.Stream(self),
+            "default_stream": lambda device=None: fakes.Stream(self),
         }
-        for name in _MEMORY_STATISTICS:
-            patches[name] = _not_modelled(f"torch.cuda.{name}: CUDA memory statistics")
+        for name in fakes.MEMORY_STATISTICS:
+            patches[name] = fakes.not_modelled(f"torch.cuda.{name}: CUDA memory statistics")
         patches["empty_cache"] = lambda: None
         for name, value in patches.items():
             self._patch(cuda, name, value)
@@ -241,7 +194,7 @@ class Rehearsal:
             "device_count": lambda: self.gpus,
             "current_device_index": lambda: 0,
             "set_device_index": lambda device: self._check_index(device),
-            "current_stream": lambda device=None: _Stream(self),
+            "current_stream": lambda device=None: fakes.Stream(self),
             "synchronize": self._synchronize,
         }
         for name, value in accelerator.items():
@@ -255,11 +208,11 @@ class Rehearsal:
         self._patch_autocast()
         self._patch_pinning()
         self._patch_profiler()
-        self._patch(torch, "compile", _eager)
+        self._patch(torch, "compile", fakes.eager)
         self._open_gaps()
         self._mode = disguised(Mode, self._frames)(self)
         self._mode.__enter__()
-        _ACTIVE.append(self)
+        fakes.ACTIVE.append(self)
         return self
 
     def _check_index(self, device) -> None:
@@ -318,7 +271,7 @@ class Rehearsal:
 
             def which(command, *args, **kwargs):
                 found = real_which(command, *args, **kwargs)
-                return None if found and os.path.basename(found) in _COMPILERS else found
+                return None if found and os.path.basename(found) in fakes.COMPILERS else found
 
             self._patch(shutil, "which", which)
             self._patch(inductor.cpp, "cxx", (None, "/nonexistent/c++"))
@@ -326,31 +279,11 @@ class Rehearsal:
             import pandas  # noqa: F401 (Colab's kernel imports it at start-up)
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.remove(self)
+        fakes.ACTIVE.remove(self)
         self._mode.__exit__(*exc)
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
-
-
-_COMPILERS = {"cc", "c++", "gcc", "g++", "clang", "clang++"}
-_MEMORY_STATISTICS = (
-    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info",
-    "set_per_process_memory_fraction", "memory_snapshot",
-)  # fmt: skip
-
-
-def _not_modelled(what: str):
-    def call(*args, **kwargs):
-        raise NotImplementedError(f"{what} are not modelled by the CUDA rehearsal (run on a GPU)")
-
-    return call
-
-
-def _eager(model=None, **options):
-    """torch.compile, not modelled: the code runs as written (as where compiling fell back)."""
-    return (lambda fn: fn) if model is None else model
 
 
 def parse(spec: str) -> Rehearsal:
