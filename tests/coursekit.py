@@ -49,6 +49,14 @@ def read(path: Path):
     return nbformat.read(path, as_version=4)
 
 
+def code_cell(lesson: str, needle: str) -> str:
+    """The source of the one code cell of a lesson's solution that contains ``needle``."""
+    cells = read(solution_path(lesson)).cells
+    found = [c.source for c in cells if c.cell_type == "code" and needle in c.source]
+    assert len(found) == 1, f"{lesson}: {len(found)} code cells contain {needle!r}"
+    return found[0]
+
+
 def repository_url() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 

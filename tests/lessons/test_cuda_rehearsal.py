@@ -98,16 +98,11 @@ PROFILE_CELLS = (
 )
 
 
-def lesson_cell(lesson: str, needle: str) -> str:
-    (found,) = [c.source for c in ck.read(ck.solution_path(lesson)).cells if needle in c.source]
-    return found
-
-
 def lesson_08_on(machine: str) -> dict:
     namespace = {"__name__": "__main__", "gpucourse": gpucourse, "torch": torch}
     namespace["device"] = gpucourse.choose_device(verbose=False)
     for needle in PROFILE_CELLS:
-        exec(lesson_cell(PROFILE, needle), namespace)
+        exec(ck.code_cell(PROFILE, needle), namespace)
     return namespace
 
 
@@ -117,8 +112,8 @@ def test_lesson_08_counts_each_loops_own_waits_on_cuda(monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with rehearsal.Rehearsal("t4"):
         nb = lesson_08_on("t4") | {"sort_by": "self_cpu_time_total"}
-        exec(lesson_cell(PROFILE, "slow_loss, slow_profile = profile_epoch(slow_epoch"), nb)
-        side_by_side = lesson_cell(PROFILE, 'profiles_by_loop = {"slow"').rsplit("\n", 1)
+        exec(ck.code_cell(PROFILE, "slow_loss, slow_profile = profile_epoch(slow_epoch"), nb)
+        side_by_side = ck.code_cell(PROFILE, 'profiles_by_loop = {"slow"').rsplit("\n", 1)
         exec(side_by_side[0], nb)
         counts = eval(side_by_side[1], nb)
     assert counts == {"slow": 3 * len(nb["batches"]), "fast": 1}, counts
@@ -130,10 +125,10 @@ def test_lesson_08_sees_a_copy_to_cuda_written_without_an_index(monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with rehearsal.Rehearsal("t4"):
         nb = lesson_08_on("t4")
-        answer = lesson_cell(PROFILE, "def fast_epoch(").replace(".to(device,", '.to("cuda",')
+        answer = ck.code_cell(PROFILE, "def fast_epoch(").replace(".to(device,", '.to("cuda",')
         assert answer.count('.to("cuda",') == 2
         exec(answer, nb)
-        exec(lesson_cell(PROFILE, "def twins():"), nb)
+        exec(ck.code_cell(PROFILE, "def twins():"), nb)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 5, 8])
@@ -142,8 +137,8 @@ def test_lesson_06_grades_the_same_job_on_any_number_of_gpus(gpus):
     partial last batch would make `drop_last=True`, a right idiom, change the experiment."""
     with rehearsal.Rehearsal("h100", gpus=gpus):
         nb = {"gpus": torch.cuda.device_count()}
-        exec(lesson_cell("06_data_parallel", 'backend = "nccl" if gpus >= 2'), nb)
-        job = lesson_cell("06_data_parallel", "settings = dict(samples=48").split("\n")
+        exec(ck.code_cell("06_data_parallel", 'backend = "nccl" if gpus >= 2'), nb)
+        job = ck.code_cell("06_data_parallel", "settings = dict(samples=48").split("\n")
         exec(next(line for line in job if line.startswith("settings = ")), nb)
     assert (nb["backend"], nb["nproc"]) == ("gloo" if gpus == 1 else "nccl", 2)
     per_rank = nb["settings"]["samples"] // nb["nproc"]
@@ -162,7 +157,7 @@ def test_lesson_08_on_a_gpu_without_a_compiler_claims_no_compiled_speed_up(tmp_p
             "# @title GPU check: a C",
             "# @title GPU check: the compiled inference",
         ):
-            exec(lesson_cell(PROFILE, needle), nb)
+            exec(ck.code_cell(PROFILE, needle), nb)
     records = (tmp_path / "claims.jsonl").read_text().splitlines()
     verdicts = [(r["kind"], r.get("met"), r.get("passed")) for r in map(json.loads, records)]
     assert verdicts == [("precondition", False, None), ("claim", None, None)], verdicts

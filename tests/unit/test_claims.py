@@ -135,11 +135,6 @@ def gpu_check(lesson: str, title: str) -> str:
     return found[0]
 
 
-def lesson_cell(lesson: str, starts: str) -> str:
-    (source,) = [c.source for c in ck.read(ck.solution_path(lesson)).cells if starts in c.source]
-    return source
-
-
 @pytest.fixture
 def strict(monkeypatch, tmp_path):
     """Run a lesson's GPU check as the GPU runner does (strict, recorded); returns the records."""
@@ -195,7 +190,7 @@ def test_lesson_02_pinned_copy_checks(strict, monkeypatch):
 
 def test_lesson_03_interleaving_keeps_clock_drift_off_one_setting():
     namespace = {}
-    exec(lesson_cell("03_batching_pipelines", "def interleaved("), namespace)
+    exec(ck.code_cell("03_batching_pipelines", "def interleaved("), namespace)
     calls = []
 
     def drifting(setting):  # the same speed for both settings; the clock slows 8% per run

@@ -25,26 +25,15 @@ DDP = "06_data_parallel"
 OOM = "07_troubleshooting_oom"
 
 
-def _cell(lesson: str, needle: str) -> str:
-    """The source of the one code cell of a lesson's solution that contains ``needle``."""
-    found = [
-        c.source
-        for c in ck.read(ck.solution_path(lesson)).cells
-        if c.cell_type == "code" and needle in c.source
-    ]
-    assert len(found) == 1, f"{lesson}: {len(found)} cells contain {needle!r}"
-    return found[0]
-
-
 def _interleaved():
     namespace = {"statistics": statistics, "time": time}
-    exec(_cell(PROFILE, "def interleaved("), namespace)
+    exec(ck.code_cell(PROFILE, "def interleaved("), namespace)
     return namespace["interleaved"]
 
 
 def _bound(lesson: str, claim_text: str, word: str) -> float:
     """The ``at_least``/``at_most`` of the GPU check whose claim text starts with ``claim_text``."""
-    source = _cell(lesson, claim_text)
+    source = ck.code_cell(lesson, claim_text)
     assert "# @title GPU check:" in source, f"{claim_text!r} is not in a GPU-check cell"
     return float(re.search(rf"{word}=([0-9.e-]+)", source).group(1))
 
@@ -108,7 +97,7 @@ def test_interleaved_timing_waits_for_queued_gpu_work_before_reading_the_clock()
 
 def test_the_sync_loop_claim_rejects_a_loop_that_is_slower_and_keeps_a_stated_noise_margin():
     bound = _bound(PROFILE, "slow_epoch's time over fast_epoch's", "at_least")
-    source = _cell(PROFILE, "slow_epoch's time over fast_epoch's")
+    source = ck.code_cell(PROFILE, "slow_epoch's time over fast_epoch's")
     assert 0.9 < bound < 1.0 and "3%" in source  # a margin, with its reason
     interleaved = _interleaved()
     clock = DriftingClock(drift=1.02)
@@ -119,7 +108,7 @@ def test_the_sync_loop_claim_rejects_a_loop_that_is_slower_and_keeps_a_stated_no
 
 
 def test_the_sync_counts_read_the_rows_of_one_kind_per_device():
-    source = _cell(PROFILE, "SYNCS = ")
+    source = ck.code_cell(PROFILE, "SYNCS = ")
     for device, expected in [("cuda", {"cudaStreamSynchronize"}),
                              ("cpu", {"aten::_local_scalar_dense"})]:  # fmt: skip
         namespace = {"device": type("Device", (), {"type": device})()}
@@ -160,7 +149,7 @@ for acc in (False, True):
 
 def _watcher() -> str:
     """The batch watcher lesson 06's Exercise 3 test writes, as the text of its script."""
-    tree = ast.parse(_cell(DDP, 'watcher = workdir / "watch_batches.py"'))
+    tree = ast.parse(ck.code_cell(DDP, 'watcher = workdir / "watch_batches.py"'))
     texts = [
         node.args[0].value
         for node in ast.walk(tree)
@@ -236,7 +225,7 @@ def test_the_checkpointing_time_claim_fails_when_nothing_is_recomputed():
 
 def test_the_oom_claims_name_the_allocators_own_count_and_a_tight_recovery_bound():
     assert _bound(OOM, "out-of-memory errors under the cap", "at_least") == 1
-    assert "num_ooms" in _cell(OOM, "out-of-memory errors under the cap")
+    assert "num_ooms" in ck.code_cell(OOM, "out-of-memory errors under the cap")
     assert _bound(OOM, "allocated memory after recovery, over before the OOM", "at_most") <= 1.001
 
 
