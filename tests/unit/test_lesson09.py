@@ -224,3 +224,34 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
                     run_as("__main__", f"{answer}\n{test_cell}", nb)
             else:
                 run_as("__main__", f"{answer}\n{test_cell}", nb)
+
+
+def gpu_check(title: str) -> str:
+    (found,) = [
+        c.source
+        for c in ck.read(ck.solution_path(LESSON)).cells
+        if c.source.startswith(f"# @title GPU check: {title}")
+    ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "title, measured, broken",
+    [
+        # the model's 11 copies, 2 .tolist() and an .item() (the rehearsal's count at grading sizes)
+        # against a loop that reads every one of its 64 steps
+        ("fast_train synchronizes a few", {"fast_time": {"syncs": 14}}, {"syncs": 11 + 64 + 3}),
+        # one worker on a 2-vCPU T4 (about 0.3) against a program that still decodes every epoch
+        ("decoding once cuts", {"fast_time": {"input": 0.35}}, {"input": 1.0}),
+    ],
+)
+def test_the_sync_and_input_claims_hold_for_the_fix_and_fail_for_the_fault(
+    title, measured, broken, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+    monkeypatch.setenv("GPUCOURSE_CLAIMS", str(tmp_path / "claims.jsonl"))
+    nb = {"gpucourse": gpucourse, "device": torch.device("cuda:0"), "epochs": 2, "train_steps": 64}
+    nb |= {"baseline": {"model": gpucourse.SmallCNN(width=8)}, "slow_time": {"input": 1.0}}
+    exec(gpu_check(title), {**nb, **measured})
+    with pytest.raises(RuntimeError, match="GPU claim failed"):
+        exec(gpu_check(title), {**nb, "fast_time": broken})
