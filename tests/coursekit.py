@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,12 +166,16 @@ def solution_answers(lesson: str) -> dict[str, str]:
 
 
 def autograde_problems(
-    course: Path, lesson: str, submitted: dict[str, tuple[Path, bytes, set[str] | None]]
+    course: Path,
+    lesson: str,
+    submitted: dict[str, tuple[Path, bytes, set[str] | None]],
+    unscorable: set[str] | frozenset[str] = frozenset(),
 ) -> list[str]:
     """What autograde got wrong for ``submitted`` (student -> (file, its bytes before, the answers
     it gets wrong; None: untouched)): each test cell scores full marks, or 0 where its answer is
-    wrong (every cell when untouched), a written answer waits for the instructor (an unanswered one
-    scores 0 by itself), and no submission is changed."""
+    wrong (every cell when untouched) or where it is ``unscorable`` here (gap_expectations), a
+    written answer waits for the instructor (an unanswered one scores 0 by itself), and no
+    submission is changed."""
     source = read(solution_path(lesson))
     answer_ids = [c.metadata.nbgrader.grade_id for c in nbgrader_cells(source, "answer")]
     problems = []
@@ -178,7 +186,10 @@ def autograde_problems(
         for cell in nbgrader_cells(source, "test"):
             grade_id = cell.metadata.nbgrader.grade_id
             score, max_score, _ = got[grade_id]
-            expected = 0 if wrong is None or answer_of(grade_id, answer_ids) in wrong else max_score
+            lost = (
+                wrong is None or grade_id in unscorable or answer_of(grade_id, answer_ids) in wrong
+            )
+            expected = 0 if lost else max_score
             if score != expected:
                 problems.append(
                     f"{student}: test cell {grade_id} scored {score}, expected {expected}"
@@ -193,6 +204,72 @@ def autograde_problems(
                     "must wait for the instructor"
                 )
     return problems
+
+
+# ---- what a grading machine lacks, and the grades that follow from it ----
+
+DALI, COMPILER = "DALI", "a C compiler"
+
+
+def machine_gaps(
+    *, which=shutil.which, find_spec=importlib.util.find_spec, environ=os.environ, include=None
+) -> dict[str, str]:
+    """What this machine lacks that graded cells need: {DALI or COMPILER: why}. DALI: lesson 05's
+    DALI exercises cannot run. A C compiler with Python.h: Triton builds Inductor's GPU kernels'
+    launcher with them, finding the compiler as Triton does (and lesson 08's check): $CC when set,
+    else gcc or clang. ``include``: where Python.h should be (by default python_include())."""
+    gaps = {}
+    try:
+        dali = find_spec("nvidia.dali")
+    except ModuleNotFoundError:  # no nvidia namespace at all
+        dali = None
+    if dali is None:
+        gaps[DALI] = "DALI is not installed on this machine"
+    named = environ.get("CC")  # Triton takes $CC whenever it is set, even empty
+    if not any(name and which(name) for name in (["gcc", "clang"] if named is None else [named])):
+        gaps[COMPILER] = "no C compiler" + ("" if named is None else f" ($CC={named!r})")
+    elif not (Path(include := include or python_include()) / "Python.h").is_file():
+        gaps[COMPILER] = f"no Python.h in {include}"
+    return gaps
+
+
+def python_include() -> str:
+    """Where Triton looks for Python.h (it reads Debian's posix_local scheme as posix_prefix)."""
+    scheme = sysconfig.get_default_scheme()
+    return sysconfig.get_paths("posix_prefix" if scheme == "posix_local" else scheme)["include"]
+
+
+def calls_inductor(source: str) -> bool:
+    """Whether ``source`` calls torch.compile with Inductor, which needs a C compiler: no backend
+    named, or "inductor". A backend its caller passes in (``backend=backend``) is the caller's: the
+    tests of lesson 08 pass their own, which compile nothing."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "torch.compile(" in source
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.compile":
+            backend = [k.value for k in node.keywords if k.arg == "backend"]  # keyword-only
+            if not backend or getattr(backend[0], "value", None) == "inductor":
+                return True
+    return False
+
+
+def gap_expectations(lesson: str, gaps: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """What ``gaps`` (machine_gaps()) change in a lesson's grading: (test cells that score 0 for
+    every submission, fixtures that cannot be judged), each {name: the gap}, in notebook and file
+    order. Without DALI, every test cell that asserts NO_DALI; without a C compiler, every fixture
+    whose answers call torch.compile with Inductor."""
+    cells, left_out = {}, {}
+    if DALI in gaps:
+        for cell in nbgrader_cells(read(solution_path(lesson)), "test"):
+            if "NO_DALI" in cell.source:
+                cells[cell.metadata.nbgrader.grade_id] = DALI
+    if COMPILER in gaps:
+        for fixture in fixtures(lesson) + fixtures(lesson, cuda=True):
+            if any(calls_inductor(source) for source in fixture.answers.values()):
+                left_out[fixture.name] = COMPILER
+    return cells, left_out
 
 
 def locked_problems(course: Path, lesson: str, students: list[str]) -> list[str]:

@@ -10,8 +10,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -421,7 +423,9 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     runs a lesson (the smallest: the course's set-up cell, a measurement, its GPU check) and the
     grading run's small assignment in a CPU rehearsal: the report says "not validated: no GPU" and
     lists the claims that would have run; autograde, from nbgrader without its user interface,
-    graded. The base's torchvision probe, first, runs in the Python it checks."""
+    graded; a budget too small for the lesson's grading leaves it out, saying so. A second run,
+    killed mid-lesson, leaves a true report, and --report-only rebuilds it from what the run left.
+    The base's torchvision probe, first, runs in the Python it checks."""
     base, facts = _stand_in_base()
 
     def ask(code):
@@ -488,7 +492,7 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     _smallest_lesson(tmp_path / "kit" / "solutions")
     artifacts = tmp_path / "gpu-run"
     done = subprocess.run(
-        ["sh", tmp_path / "kit" / kit.SCRIPT, artifacts, "--rehearse", SMALLEST],
+        ["sh", tmp_path / "kit" / kit.SCRIPT, artifacts, "--rehearse", "--budget", "150", SMALLEST],
         capture_output=True,
         text=True,
         timeout=900,
@@ -509,8 +513,43 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     assert row["cells"] == 3, row
     assert row["would_check"] and "## Claims that would have been checked on a GPU" in markdown
     assert any("stopwatch" in claim for claim in row["would_check"]), row["would_check"]
-    graded = {case["name"]: case["outcome"] for case in built["grading"]["cases"]}
+    small = built["grading"]["grading the small assignment"]
+    assert small["result"] == "passed" and small["passed"] == 1, (small, output)
     assert (
-        graded["test_autograde_a_small_assignment_with_the_installed_grading_stack"] == "passed"
-    ), output
-    assert built["status"] == "rehearsal" and (artifacts / "claims" / f"{SMALLEST}.jsonl").exists()
+        built["status"] == "rehearsal"
+        and (artifacts / "claims" / f"lesson-{SMALLEST}.jsonl").exists()
+    )
+    left_out = {s["id"]: s["why"] for s in built["steps"] if s["state"] == "left out"}
+    assert "out of time" in left_out[f"grading {SMALLEST}"], left_out  # the budget left it out
+    assert f"grading {SMALLEST}: not run: out of time" in markdown
+
+    # A second run, killed mid-lesson as a job limit would kill it, has a true report all the same.
+    killed = tmp_path / "killed"
+    command = [python, "-m", "coursetools.gpurun", "--rehearse", "--artifacts", killed, SMALLEST]
+    env = _offline_env(PYTHONPATH=str(tmp_path / "kit" / "tools"), OMP_NUM_THREADS="1")
+    child = subprocess.Popen(command, cwd=tmp_path / "kit", env=env, start_new_session=True)
+    try:
+        _wait_for(lambda: '"state": "running"' in _text(killed / "run.json"), child)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    report = _text(killed / "gpu-report.md")
+    assert f"lesson {SMALLEST}: not finished: out of time (the run stopped during it)" in report
+    assert "grading the small assignment: not run: out of time" in report, report
+    assert "FAILED" not in report and "0 of 5 steps finished" in report, report
+    rebuilt = subprocess.run(
+        [python, "-m", "coursetools.gpurun", "--report-only", killed],
+        cwd=tmp_path / "kit", env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rebuilt.returncode == 0 and _text(killed / "gpu-report.md") == report, rebuilt.stderr
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def _wait_for(ready, child, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert child.poll() is None and time.monotonic() < deadline, "the run never started a step"
+        time.sleep(0.2)

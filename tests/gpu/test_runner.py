@@ -1,40 +1,44 @@
-"""The GPU runner (coursetools.gpurun) on a CPU: it stops at once without CUDA; its report says
-exactly what ran (what was skipped, each lesson's PyTorch and TensorFlow/DALI parts, every claim,
-the claims that did not run, the GPU's state), and tells a false claim from a flaky one, a busy GPU
-or the machine's problem. The GPU path itself runs on a GPU runner; the kit and the offline set-up
-are in test_gpu_kit.py."""
+"""The GPU runner (coursetools.gpurun) on a CPU: it stops at once without CUDA; its report, built
+from a run's record, says what ran, what did not and why, each lesson's parts and claims; it tells a
+false claim from a flaky one, a busy GPU, the machine's problem and a gap (not validated, never
+failed). The GPU path runs on a GPU runner; the kit is test_gpu_kit.py's."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import nbformat
 import pytest
-from coursetools.gpurun import catalogue, gpustate, preflight, render, report, run, runs
+from coursetools.gpurun import catalogue, gpustate, preflight, render, report, run, steps
 from coursetools.grading import cells, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
+GPURUN = [sys.executable, "-m", "coursetools.gpurun", "--artifacts"]
 no_driver = pytest.mark.skipif(
     preflight.nvml_gpus()[0] is not None, reason="this machine has an NVIDIA driver"
 )
 
 
-def _run(command, **env):
+def _timed(command, **env):
     start = time.monotonic()
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, **env}
-    )
+    env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     return done, time.monotonic() - start
 
 
-def test_stops_at_once_when_cuda_visible_devices_hides_every_gpu(tmp_path):
-    command = [sys.executable, "-m", "coursetools.gpurun", "--artifacts", str(tmp_path)]
-    done, seconds = _run(command, CUDA_VISIBLE_DEVICES="")
+# ---- the quick check, the machine's problems and gaps ----
+def test_stops_at_once_when_every_gpu_is_hidden(tmp_path):
+    done, seconds = _timed([*GPURUN, str(tmp_path)], CUDA_VISIBLE_DEVICES="")
     assert done.returncode == 2, done.stdout + done.stderr
     assert seconds < 10, "the check comes before any work"
     assert "cannot run the GPU path" in done.stderr and "hides every GPU" in done.stderr
@@ -44,32 +48,37 @@ def test_stops_at_once_when_cuda_visible_devices_hides_every_gpu(tmp_path):
 
 @no_driver
 def test_stops_at_once_without_an_nvidia_driver(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "coursetools.gpurun", "--artifacts", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert done.returncode == 2 and time.monotonic() - start < 10
+    done, seconds = _timed([*GPURUN, str(tmp_path)], CUDA_VISIBLE_DEVICES=None)
+    assert done.returncode == 2 and seconds < 10
     assert "no NVIDIA driver" in done.stderr and "nvidia-smi" in done.stderr
     assert "`make test`" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_test_gpu_checks_before_any_set_up():
-    done, seconds = _run(
-        ["make", "--no-print-directory", "test-gpu", f"PYTHON={sys.executable}"],
-        CUDA_VISIBLE_DEVICES="-1",
-    )
+    command = ["make", "--no-print-directory", "test-gpu", f"PYTHON={sys.executable}"]
+    done, seconds = _timed(command, CUDA_VISIBLE_DEVICES="-1")
     assert done.returncode != 0 and seconds < 10
     assert "hides every GPU" in done.stderr and "pip install" not in done.stdout
 
 
-def test_the_quick_check():
+def test_the_preflight_is_the_standard_library_only():
+    """`make test-gpu` runs it before anything is installed: no third-party module may load."""
+    code = (
+        "import sys; before = set(sys.modules)\n"
+        "from coursetools.gpurun import run, preflight, gpustate, kit, steps, wheels\n"
+        "third = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "print(sorted(third - set(sys.stdlib_module_names) - {'coursetools'}))"
+    )
+    done, _ = _timed([sys.executable, "-S", "-c", code], PYTHONPATH=str(ROOT / "tools"))
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def _doctor(**torch_facts):
+    return {"facts": {"torch": {"installed": True, "version": "2.14.1", **torch_facts}}}
+
+
+def test_the_quick_check_and_the_pytorch_check():
     no_lib = lambda: (None, "libnvidia-ml.so.1: cannot open shared object file")  # noqa: E731
     why, fix = preflight.quick_problem({}, nvml=no_lib)
     assert "no NVIDIA driver" in why and "libnvidia-ml" in why and "nvidia-smi" in fix
@@ -77,109 +86,62 @@ def test_the_quick_check():
     assert preflight.quick_problem({"CUDA_VISIBLE_DEVICES": "0"}, nvml=lambda: (1, "")) is None
     hidden = preflight.quick_problem({"CUDA_VISIBLE_DEVICES": "-1"}, nvml=lambda: (8, ""))
     assert "hides every GPU" in hidden[0]
-
-
-def test_the_preflight_is_the_standard_library_only():
-    """`make test-gpu` runs it before anything is installed: no third-party module may load."""
-    code = (
-        "import sys; before = set(sys.modules)\n"
-        "from coursetools.gpurun import run, preflight, gpustate, kit, runs, wheels\n"
-        "third = {m.split('.')[0] for m in set(sys.modules) - before} - "
-        "set(sys.stdlib_module_names)\n"
-        "print(sorted(third - {'coursetools'}))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-S", "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
-        timeout=60,
-    )
-    assert done.stdout.strip() == "[]", done.stdout + done.stderr
-
-
-def _doctor(**torch_facts):
-    torch_ = {"installed": True, "version": "2.14.1", "error": None, **torch_facts}
-    return {"facts": {"torch": torch_}, "findings": []}
-
-
-def test_the_pytorch_check_explains_each_usual_failure():
     assert preflight.cuda_problem(_doctor(cuda="13.0", cuda_available=True)) is None
     assert "not installed" in preflight.cuda_problem({"facts": {"torch": {"installed": False}}})[0]
-    assert "CPU-only build" in preflight.cuda_problem(_doctor(cuda=None, cuda_available=False))[0]
-    old_driver = _doctor(cuda="13.0", cuda_available=False)
-    old_driver["findings"] = [
-        {"level": "info", "problem": "TensorFlow is not installed", "fix": ""},
-        {
-            "level": "error",
-            "problem": "The NVIDIA driver 535 supports CUDA up to 12.2",
-            "fix": "Update the NVIDIA driver",
-        },
-    ]
-    assert preflight.cuda_problem(old_driver) == (
-        "The NVIDIA driver 535 supports CUDA up to 12.2",
-        "Update the NVIDIA driver",
-    )
+    assert "CPU-only build" in preflight.cuda_problem(_doctor(cuda=None))[0]
+    assert "fails to import: boom" in preflight.cuda_problem(_doctor(error="boom"))[0]
+    old_driver = {**_doctor(cuda="13.0", cuda_available=False), "findings": []}
+    assert preflight.cuda_problem(old_driver)[0] == "PyTorch sees no CUDA device"
+    error = {"level": "error", "problem": "The driver supports CUDA 12.2", "fix": "Update it"}
+    old_driver["findings"] = [{"level": "info", "problem": "TensorFlow is not installed"}, error]
+    assert preflight.cuda_problem(old_driver) == ("The driver supports CUDA 12.2", "Update it")
     message = preflight.stop_message(("why", "fix"))
     assert "why: why." in message and "what to do: fix." in message
 
 
 def test_the_machine_checks_say_the_problem_and_its_fix(tmp_path):
-    """torchvision, /dev/shm, an externally managed Python, a compiler: each the machine's, with a
-    fix."""
-    missing = {
-        "torch": "2.11.0+cu130",
-        "cuda": "13.0",
-        "error": "ModuleNotFoundError: No module named 'torchvision'",
-    }
+    """torchvision, /dev/shm, an externally managed Python, a compiler: each with its fix."""
+    torch_ = {"torch": "2.11.0+cu130", "cuda": "13.0"}
+    missing = {**torch_, "error": "ModuleNotFoundError: No module named 'torchvision'"}
     found = preflight.torchvision_problem(missing)
     assert found["code"] == "torchvision" and "No module named 'torchvision'" in found["problem"]
     assert "torch 2.11.0+cu130" in found["fix"]
-    cpu_only = {
-        "torch": "2.11.0+cu130",
-        "cuda": "13.0",
-        "torchvision": "0.26.0+cpu",
-        "vision_cuda": -1,
-    }
+    cpu_only = {**torch_, "torchvision": "0.26.0+cpu", "vision_cuda": -1}
     assert "no CUDA kernels" in preflight.torchvision_problem(cpu_only)["problem"]
-    matched = {
-        "torch": "2.11.0+cu130",
-        "cuda": "13.0",
-        "torchvision": "0.26.0",
-        "vision_cuda": 13000,
-    }
-    assert preflight.torchvision_problem(matched) is None
-    assert preflight.torchvision_problem({"error": "the probe did not run"}) is None, (
-        "no torch: cuda_problem"
-    )
-
+    assert preflight.torchvision_problem({**cpu_only, "vision_cuda": 13000}) is None
+    assert preflight.torchvision_problem({"error": "the probe did not run"}) is None, "no torch"
     small = preflight.shm_problem(str(tmp_path), needed_mib=10**9)
-    assert (
-        small["code"] == "shm" and "--shm-size" in small["fix"] and "bus error" in small["problem"]
-    )
+    assert small["code"] == "shm" and "--shm-size" in small["fix"] and "bus error" in str(small)
     assert preflight.shm_problem(str(tmp_path), needed_mib=1) is None
-
     (tmp_path / "EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
     managed = preflight.managed_problem(str(tmp_path), prefix="/usr", base="/usr")
     assert "externally managed" in managed["problem"] and "--system-site-packages" in managed["fix"]
-    assert preflight.managed_problem(str(tmp_path), prefix="/venv", base="/usr") is None, (
-        "a venv may"
-    )
-
+    assert preflight.managed_problem(str(tmp_path), prefix="/v", base="/usr") is None, "a venv"
     nothing = preflight.compiler_problem({}, which=lambda name: None, include=str(tmp_path))
     assert "no C compiler" in nothing["problem"] and "Python.h" in nothing["problem"]
+    assert "build-essential" in nothing["fix"]
     (tmp_path / "Python.h").touch()
-    assert (
-        preflight.compiler_problem({}, which=lambda name: f"/usr/bin/{name}", include=str(tmp_path))
-        is None
-    )
+    gcc = preflight.compiler_problem({}, which=lambda n: f"/usr/bin/{n}", include=str(tmp_path))
+    assert gcc is None
 
-    problems = preflight.machine_problems(
-        missing, shm=lambda: small, managed=lambda: None, compiler=lambda: None
-    )
-    assert [p["code"] for p in problems] == ["torchvision", "shm"]
-    assert "jpeg_dataset(" in problems[0]["needles"] and "num_workers" in problems[1]["needles"]
+
+def _gaps(*findings, gpus=2, **local):
+    """preflight.machine_gaps for a machine that has all but what ``findings`` (the doctor's
+    (code, problem) pairs) and ``local`` (local_facts) say it lacks."""
+    found = [{"code": c, "level": "info", "problem": p} for c, p in findings]
+    doctor = {"facts": {"torch": {"devices": [H100] * gpus}}, "findings": found}
+    have = {"compiler": None, "dali_tf_plugin": True, "rapids": True}
+    return preflight.machine_gaps(doctor, {**have, **local})
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+NO_DALI = ("framework_missing", "DALI is not installed: its cells are skipped.")
+NO_TF = ("framework_missing", "TensorFlow is not installed: its cells are skipped.")
+TF_NO_GPU = ("tf_without_cuda", "TensorFlow 2.21.0 sees no GPU: its CUDA libraries are missing.")
+NO_CC = "no C compiler ($CC, gcc or clang): torch.compile cannot build its launchers"
+NO_PLUGIN = "not installed (it compiles against TensorFlow)"
+NO_RAPIDS = "cuDF and cuML are not installed (Colab's GPU runtime has them)"
+ONE_GPU = "1 GPU visible: NCCL, DDP and DataParallel across GPUs did not run"
 
 
 def test_the_torchvision_probe_runs_in_the_python_it_checks(tmp_path):
@@ -197,51 +159,38 @@ def test_the_torchvision_probe_runs_in_the_python_it_checks(tmp_path):
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S "$@"\n')
     python.chmod(0o755)
-    assert preflight.probe_torchvision(str(python)) == {
-        "torch": "9.9.9+cu999",
-        "cuda": "99.9",
-        "torchvision": "8.8.8+cu999",
-        "vision_cuda": 99090,
-    }
+    found = dict(torch="9.9.9+cu999", cuda="99.9", torchvision="8.8.8+cu999", vision_cuda=99090)
+    assert preflight.probe_torchvision(str(python)) == found
     (site / "torchvision" / "extension.py").write_text("raise OSError('undefined symbol')\n")
     assert preflight.probe_torchvision(str(python))["error"] == "OSError: undefined symbol"
-    assert preflight.probe_torchvision("/nonexistent/python")["error"].startswith(
-        "the probe did not run"
-    )
+    gone = preflight.probe_torchvision("/nonexistent/python")["error"]
+    assert gone.startswith("the probe did not run")
 
 
-def test_notebook_uses_and_parts(tmp_path):
-    def notebook(*sources):
-        path = tmp_path / f"nb{len(sources)}.ipynb"
-        cells = [{"cell_type": "code", "source": s} for s in sources] + [
-            {"cell_type": "markdown", "source": "we do not `import_dali()` here"}
-        ]
-        path.write_text(json.dumps({"cells": cells}))
-        return path
-
-    assert runs.notebook_uses(notebook("tf = gpucourse.import_tensorflow()\n")) == ["tensorflow"]
-    two = notebook(["import torch\n", "x = 1"], "dali = gpucourse.import_dali()")
-    assert runs.notebook_uses(two) == ["dali"] and runs.cell_parts(two) == ["PyTorch", "DALI"]
-    assert runs.notebook_uses(notebook("import torch")) == []
-    setup = notebook("# Set-up: pip install tensorflow there\n", "model = tf.keras.Sequential()")
-    assert runs.cell_parts(setup) == ["PyTorch", "TensorFlow"], "the set-up cell is everyone's"
-    lesson = sorted((ROOT / "solutions").glob("*/*.ipynb"))[0]
-    assert "tensorflow" in runs.notebook_uses(lesson), "lesson 01 shows TensorFlow's device list"
-    assert "TensorFlow" in runs.cell_parts(lesson) and runs.cell_parts(lesson)[0] == "PyTorch"
+# ---- what the steps leave: cell parts, claims, JUnit ----
+def _notebook(path, *sources):
+    found = [{"cell_type": "code", "source": s} for s in sources]
+    path.write_text(json.dumps({"cells": [*found, {"cell_type": "markdown", "source": "dali"}]}))
+    return path
 
 
-def test_the_claims_catalogue_reads_the_lessons_claims(tmp_path):
-    path = tmp_path / "nb.ipynb"
-    cells = [
+def test_cell_parts_and_the_claims_catalogue(tmp_path):
+    two = _notebook(tmp_path / "a.ipynb", ["import torch\n", "x = 1"], "dali = gc.import_dali()")
+    assert steps.code_cells(two) == ["import torch\nx = 1", "dali = gc.import_dali()"]
+    assert steps.cell_parts(two) == ["PyTorch", "DALI"]
+    setup = _notebook(tmp_path / "b.ipynb", "# Set-up: pip install tensorflow\n", "tf.constant(1)")
+    assert steps.cell_parts(setup) == ["PyTorch", "TensorFlow"], "the set-up cell is everyone's"
+    lesson = steps.cell_parts(ROOT / "solutions/01_verify_gpu/verify_gpu.ipynb")
+    assert "TensorFlow" in lesson and lesson[0] == "PyTorch", "lesson 01 shows TF's device list"
+
+    path = _notebook(
+        tmp_path / "nb.ipynb",
         "%matplotlib inline\nfrom gpucourse import claims\n",
         "claims.claim('a literal', 1.0, device=device, at_least=0.5)\n"
         "gpucourse.claims.claim(f'{label}: fast', x, device=device, at_most=1)\n",
-        "claims.claim(text, 2.0, device=device, at_least=1)\nclaims.needs('two GPUs', False, "
-        "device=d)",
-        "with tf.device('/gpu:0'):\n    claims.claim('tf.data is fast', 2.0, device=device, "
-        "at_least=1)",
-    ]
-    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]}))
+        "claims.claim(text, 2.0, device=device, at_least=1)\nclaims.needs('two GPUs', False)",
+        "with tf.device('/gpu:0'):\n    claims.claim('tf.data is fast', 2, device=d, at_least=1)",
+    )
     found = catalogue.lesson_claims(path)
     assert [(e["cell"], e["part"], e["text"]) for e in found] == [
         (1, "PyTorch", "a literal"),
@@ -249,22 +198,15 @@ def test_the_claims_catalogue_reads_the_lessons_claims(tmp_path):
         (2, "PyTorch", "the claim computed in code cell 2 (text)"),
         (3, "TensorFlow", "tf.data is fast"),
     ]
-    recorded = [
-        {"kind": "claim", "claim": "pinned: fast"},
-        {"kind": "claim", "claim": "made up at run time"},
-    ]
+    recorded = [{"kind": "claim", "claim": "pinned: fast"}, {"kind": "claim", "claim": "made up"}]
     ran, missing = catalogue.match(found, recorded)
     assert [e["text"] for e in missing] == ["a literal", "tf.data is fast"]
     assert len(ran) == 2 and catalogue.part_of(found, "tf.data is fast") == "TensorFlow"
-    every = [
-        e
-        for nb in sorted((ROOT / "solutions").glob("*/*.ipynb"))
-        for e in catalogue.lesson_claims(nb)
-    ]
+    every = [e for nb in ROOT.glob("solutions/*/*.ipynb") for e in catalogue.lesson_claims(nb)]
     assert len(every) >= 20, "the lessons' claims are found"
 
 
-JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="6">
 <testcase classname="solutions.01_verify_gpu.verify_gpu.ipynb" name="Cell 0" time="2.5"/>
 <testcase classname="solutions.01_verify_gpu.verify_gpu.ipynb" name="Cell 1" time="0.5">
 <failure message="#x1B[91mNotebook cell execution failed#x1B[0m&#10;Cell 1: Cell execution caused an exception&#10;Input:&#10;
@@ -281,731 +223,555 @@ def test_copy(cuda):
 &gt;       assert pinned.gbps &gt; pageable.gbps, "pinned 9 GB/s"
 E       AssertionError: pinned 9 GB/s
 E       assert 9.0 &gt; 12.0</failure></testcase>
-</testsuite></testsuites>"""  # noqa: E501 (nbval's JUnit XML, as it writes it)
+<testcase classname="tests.gpu.test_on_cuda" name="test_autograde_on_the_gpu[05_dali_pipelines]" time="80">
+<properties><property name="not_validated" value="05 test_dali_loader: DALI: not installed"/>
+<property name="other" value="x"/><property name="not_validated" value="05 fixture f: not judged"/></properties>
+</testcase>
+</testsuite></testsuites>"""  # noqa: E501 (nbval's and pytest's JUnit XML, as they write it)
 
 
 def test_parse_junit(tmp_path):
-    path = tmp_path / "run.xml"
-    path.write_text(JUNIT)
-    cases = runs.parse_junit(path)
-    assert [c["outcome"] for c in cases] == ["passed", "failed", "skipped", "error", "failed"]
-    assert cases[1]["name"] == "Cell 1", (
-        "nbval's message: the exception, without colour codes or the cell's input"
-    )
+    (tmp_path / "run.xml").write_text(JUNIT)
+    cases = steps.parse_junit(tmp_path / "run.xml")
+    outcomes = ["passed", "failed", "skipped", "error", "failed", "passed"]
+    assert [c["outcome"] for c in cases] == outcomes
+    assert cases[1]["name"] == "Cell 1", "nbval's message: the exception, no colours, no input"
     assert cases[1]["message"] == "RuntimeError: GPUCOURSE_REQUIRE_GPU=1 forbids the CPU fallback"
     assert cases[2]["message"] == "needs CUDA" and cases[3]["message"] == "kernel died"
     assert cases[4]["message"] == "AssertionError: pinned 9 GB/s"
     assert cases[2]["id"] == "tests.test_gpu::test_pinned" and cases[3]["id"] == "Cell 3"
-    assert cases[0]["seconds"] == 2.5
-    assert runs.parse_junit(tmp_path / "missing.xml") == []
+    assert cases[0]["seconds"] == 2.5 and cases[0]["not_validated"] == []
+    said = ["05 test_dali_loader: DALI: not installed", "05 fixture f: not judged"]
+    assert cases[5]["not_validated"] == said, "only the not_validated properties, in order"
+    assert steps.parse_junit(tmp_path / "missing.xml") == []
+    (tmp_path / "cut.xml").write_text(JUNIT[:300])
+    assert steps.parse_junit(tmp_path / "cut.xml") == [], "a file cut short by a stop"
 
 
+# ---- the report, built from faked runs ----
 FACTS = {
     "python": "3.11.9",
-    "platform": "Linux",
-    "gpucourse": "0.1.0",
-    "cuda_visible_devices": None,
-    "driver": {
-        "found": True,
-        "version": "570.86",
-        "cuda": "12.8",
-        "gpus": [
-            {
-                "index": 0,
-                "name": "NVIDIA H100 80GB HBM3",
-                "memory_gib": 79.1,
-                "compute_capability": "9.0",
-            }
-        ],
-    },
-    "torch": {
-        "installed": True,
-        "version": "2.14.1",
-        "cuda": "12.8",
-        "cudnn": 91000,
-        "cuda_available": True,
-        "devices": ["NVIDIA H100 80GB HBM3"],
-        "error": None,
-    },
-    "tensorflow": {"installed": False, "version": None, "error": None},
-    "dali": {"installed": False, "version": None, "error": None},
+    "driver": {"version": "570.86", "gpus": [{"name": H100, "compute_capability": "9.0"}]},
+    "torch": {"installed": True, "version": "2.14.1", "cuda": "12.8", "devices": [H100]},
 }
+FACTS["torch"]["cuda_available"] = True
+IDLE = {"gpus": [{"index": 0, "name": "H100", "utilization_percent": 0, "processes": []}]}
+BENCH = {"name": H100, "rows": [{"what": "matmul", "value": 800.0, "unit": "TFLOP/s"}]}
+BENCH["rows"][0] |= {"peak": 989.5, "ratio": 0.81}
 
 
-def _cells(*outcomes, message="boom"):
-    return [
-        {
-            "id": f"Cell {i}",
-            "name": f"Cell {i}",
-            "outcome": o,
-            "seconds": 1.0,
-            "message": message * (o != "passed"),
-        }
-        for i, o in enumerate(outcomes)
-    ]
+def _case(name, outcome="passed", message="", not_validated=()):
+    found = {"id": name, "name": name, "outcome": outcome, "seconds": 1.0, "message": message}
+    return {**found, "not_validated": list(not_validated)}
 
 
-def _notebook(
-    lesson,
-    outcomes=("passed", "passed"),
-    uses=("tensorflow",),
-    returncode=0,
-    message="boom",
-    **extra,
-):
-    return {
-        "notebook": f"solutions/{lesson}/{lesson[3:]}.ipynb",
-        "lesson": lesson,
-        "uses": list(uses),
-        "returncode": returncode,
-        "timed_out": False,
-        "seconds": 42.0,
-        "cases": _cells(*outcomes, message=message),
-        "log": f"logs/{lesson}.log",
-        **extra,
-    }
+def _step(kind, name, cases, lesson=None, **extra):
+    bad = any(c["outcome"] in {"failed", "error"} for c in cases)
+    found = {"id": name, "kind": kind, "lesson": lesson, "state": "done", "estimate": 60}
+    found |= {"returncode": int(bad), "timed_out": False, "seconds": 42.0, "log": f"{name}.log"}
+    return {**found, "cases": list(cases), **extra}
 
 
-def _claim(text, passed, measured=1.0, bound="at least 1.5"):
-    return {
-        "kind": "claim",
-        "claim": text,
-        "measured": measured,
-        "unit": "x",
-        "bound": bound,
-        "passed": passed,
-        "device": "cuda:0",
-        "source": "the lesson's arithmetic",
-    }
+def _lesson_step(lesson, outcomes=("passed", "passed"), message="boom", **extra):
+    """A lesson's step: its cells' outcomes (a failure says ``message``), claims, code, parts."""
+    cases = [_case(f"Cell {i}", o, message * (o != "passed")) for i, o in enumerate(outcomes)]
+    loaded = {"notebook": f"solutions/{lesson}/{lesson[3:]}.ipynb", "claims": [], "code": ""}
+    return _step("lesson", f"lesson {lesson}", cases, lesson, **{**loaded, "parts": [], **extra})
 
 
-GPU_TESTS = {
-    "returncode": 0,
-    "timed_out": False,
-    "seconds": 12.0,
-    "cases": [
-        {
-            "id": "tests.test_gpu::test_a",
-            "name": "test_a",
-            "outcome": "passed",
-            "seconds": 1.0,
-            "message": "",
-        }
-    ],
-}
-BENCH = {
-    "name": "NVIDIA H100 80GB HBM3",
-    "known_as": "H100 SXM",
-    "rows": [
-        {
-            "key": "bf16",
-            "what": "matmul bf16",
-            "value": 800.0,
-            "unit": "TFLOP/s",
-            "peak": 989.5,
-            "ratio": 0.81,
-            "note": "",
-        }
-    ],
-}
-WITH_TF = {
-    **FACTS,
-    "tensorflow": {"installed": True, "version": "2.21.0", "gpus": 1, "error": None},
-}
+def _real_lesson(lesson, fails, message):
+    """A lesson's step with its real code and parts; the cells whose code ``fails`` failed."""
+    notebook = next(ROOT.glob(f"solutions/{lesson}/*.ipynb"))
+    codes, parts = steps.code_cells(notebook), steps.cell_parts(notebook)
+    outcomes = ["failed" if fails(code) else "passed" for code in codes]
+    return _lesson_step(lesson, outcomes, message, code="\n".join(codes), parts=parts)
 
 
-def _build(facts, notebooks, gpu_tests=GPU_TESTS, grading=GPU_TESTS, **run_context):
-    built = report.build_report(
-        facts, notebooks, gpu_tests, BENCH, {"commit": "abc1234"}, grading, run_context
-    )
+def _grading_step(lesson=None, *cases):
+    name = f"grading {lesson or 'the small assignment'}"
+    return _step("grading", name, cases or [_case(f"test_autograde[{lesson}]")], lesson)
+
+
+GPU_TESTS = _step("gpu tests", "gpu tests", [_case("tests.test_gpu::test_a")])
+DONE = [_grading_step(), GPU_TESTS, _step("bench", "bench", [], card=BENCH)]
+
+
+def _run(steps=(), machine=(), **extra):
+    """A run's record as run.load leaves it: ``steps``, then the small assignment's grading, the
+    gpu tests and the bench, each passed."""
+    record = {"started": time.time(), "budget": None, "rehearsal": False, "facts": FACTS}
+    record |= {"versions": {"commit": "abc1234"}, "gpu_before": IDLE, "gpu_after": IDLE}
+    record |= {"machine": list(machine), "catalogue": {}}
+    return {**record, "steps": [*steps, *copy.deepcopy(DONE)], **extra}
+
+
+def _build(record):
+    built = report.build_report(record)
     json.dumps(built)
     return built, render.render_markdown(built)
 
 
-def test_report_a_missing_framework_leaves_its_part_not_validated_and_shows_the_pytorch_part():
-    tf_cells = ["PyTorch", "TensorFlow"]
-    notebooks = [
-        _notebook("01_verify_gpu", parts=tf_cells),
-        _notebook("02_tensors_on_device", uses=()),
-    ]
-    built, markdown = _build(FACTS, notebooks)
-    assert built["status"] == "partial" and built["problems"] == [] and built["skipped"] == []
-    first, second = built["notebooks"]
-    assert first["result"] == "not validated" and second["result"] == "passed"
-    assert first["parts"]["PyTorch"]["result"] == "passed", "the PyTorch part ran and passed"
-    assert first["parts"]["TensorFlow"] == {
-        "result": "not validated",
-        "failed_cells": 0,
-        "claims": "0/0",
-        "not_validated": ["TensorFlow (not installed)"],
-    }
-    assert built["not_validated_on_gpu"] == [
-        {"what": "TensorFlow", "why": "not installed", "where": [first["notebook"]]}
-    ]
+def _claim(text, passed, measured=1.0, bound="at least 1.5", **extra):
+    found = {"kind": "claim", "claim": text, "measured": measured, "unit": "x", "bound": bound}
+    return {**found, "passed": passed, "source": "the lesson's arithmetic", **extra}
+
+
+def test_a_missing_framework_leaves_its_part_not_validated():
+    """Lesson 01 without TensorFlow, or with one that sees no GPU (its cells skip themselves): its
+    TF part is not validated, never failed, and its PyTorch part passed; a failing TF cell fails."""
+    code = "x = torch.ones(1)\ntf = gpucourse.import_tensorflow()"
+    first = _lesson_step("01_verify_gpu", code=code, parts=["PyTorch", "TensorFlow"])
+    second = _lesson_step("02_tensors_on_device", code="x = torch.ones(1)")
+    for finding in (NO_TF, TF_NO_GPU):
+        built, markdown = _build(_run([first, second], machine=_gaps(finding)))
+        assert built["status"] == "partial" and built["problems"] == built["skipped"] == []
+        one, two = built["notebooks"]
+        assert one["result"] == "not validated" and two["result"] == "passed"
+        assert one["parts"]["PyTorch"]["result"] == "passed", "the PyTorch part ran and passed"
+        why = finding[1][:-1]
+        part = {"result": "not validated", "not_validated": [f"TensorFlow ({why})"]}
+        assert one["parts"]["TensorFlow"] == {**part, "failed_cells": 0, "claims": "0/0"}
+        item = {"what": "TensorFlow", "why": why, "where": [one["notebook"]]}
+        assert built["not_validated_on_gpu"] == [item] and f"- TensorFlow: {why}" in markdown
     env = built["environment"]
-    assert env["device"] == "NVIDIA H100 80GB HBM3" and env["compute_capability"] == "9.0"
-    assert env["driver"] == "570.86" and env["torch"] == "2.14.1" and env["commit"] == "abc1234"
-    assert "NOT VALIDATED ON GPU" in markdown and "- TensorFlow: not installed" in markdown
-    assert (
-        f"| {first['notebook']} | not validated | 42.0 s | passed | not validated: TensorFlow (not "
-        "installed) | - | - |"
-    ) in markdown
-    assert "81%" in markdown and "# GPU test report: PASSED: every" not in markdown
+    assert (env["device"], env["compute_capability"], env["driver"]) == (H100, "9.0", "570.86")
+    assert env["torch"] == "2.14.1" and env["commit"] == "abc1234"
+    assert markdown.startswith("# GPU test report: PASSED WHAT RAN; some parts NOT VALIDATED")
+    row = f"| {one['notebook']} | not validated | 42.0 s | passed | not validated: TensorFlow ("
+    assert row in markdown and "81%" in markdown
+    message = "AssertionError: the loss did not fall"  # a gap hides no failure it does not explain
+    fails = _lesson_step("01_verify_gpu", ("passed", "failed"), message, code=code)
+    fails["parts"] = first["parts"]
+    for machine in ([], _gaps(TF_NO_GPU)):
+        built, markdown = _build(_run([fails], machine=machine))
+        row, parts = built["notebooks"][0], built["notebooks"][0]["parts"]
+        assert built["status"] == row["result"] == parts["TensorFlow"]["result"] == "failed"
+        assert row["failed_cells"] == [f"Cell 1: {message}"] and "## Problems" in markdown
+        assert parts["PyTorch"]["result"] == "passed"
 
 
-def test_report_everything_validated_and_run_is_passed():
-    built, markdown = _build(WITH_TF, [_notebook("01_verify_gpu")], all_lessons=["01_verify_gpu"])
-    assert built["status"] == "passed" and built["notebooks"][0]["result"] == "passed"
-    assert markdown.startswith("# GPU test report: PASSED: every lesson (1)")
-    assert "nothing: every part ran on the GPU" in markdown
-
-
-def test_report_a_skipped_grading_is_named_in_the_headline_never_passed():
-    built, markdown = _build(
-        WITH_TF, [_notebook("01_verify_gpu")], grading=None, grading_skipped="--no-grading"
-    )
-    assert built["status"] == "partial" and built["skipped"] == [
-        "grading on the GPU not run (--no-grading)"
+def test_steps_not_run_are_named_never_failures():
+    """Planned (the run stopped before it), running (stopped during it), left out (the budget, an
+    option): each named with why in "skipped", never passed, never failed."""
+    running = {**_lesson_step("02_tensors_on_device", ("passed", "failed")), "state": "running"}
+    planned = {**_lesson_step("03_batching_pipelines", ()), "state": "planned"}
+    stopped = _lesson_step("04_mixed_precision", timed_out=True, out_of_time=True)
+    left_out = {**_grading_step("01_verify_gpu"), "state": "left out", "why": "not run: --x"}
+    record = _run([_lesson_step("01_verify_gpu"), running, planned, stopped, left_out])
+    built, markdown = _build({**record, "stopped": "stopped by SIGTERM at 12:00:00"})
+    assert built["skipped"] == [
+        "lesson 02_tensors_on_device: not finished: out of time (the run stopped during it)",
+        "lesson 03_batching_pipelines: not run: out of time (the run stopped before it)",
+        "lesson 04_mixed_precision: not finished: out of time (the run stopped during it)",
+        "grading 01_verify_gpu: not run: --x",
     ]
-    assert "NOT RUN: grading on the GPU not run (--no-grading)" in markdown.splitlines()[0]
-    assert "PASSED: every" not in markdown
+    assert built["status"] == "partial" and built["problems"] == []
+    assert [row["lesson"] for row in built["notebooks"]] == ["01_verify_gpu"]
+    assert built["progress"] == "4 of 8 steps finished; stopped by SIGTERM at 12:00:00"
+    assert "; NOT RUN: 4 step(s) (below)" in markdown.splitlines()[0]
+    assert "PASSED: every" not in markdown and "## Not run" in markdown
 
 
-def test_report_a_subset_of_lessons_names_the_lessons_not_run():
-    every = ["01_verify_gpu", "02_tensors_on_device", "09_make_it_fast"]
-    built, markdown = _build(WITH_TF, [_notebook("09_make_it_fast")], all_lessons=every)
-    assert built["status"] == "partial"
-    assert built["skipped"] == ["2 of 3 lessons not run (01_verify_gpu, 02_tensors_on_device)"]
-    assert (
-        "NOT RUN: 2 of 3 lessons not run" in markdown.splitlines()[0]
-        and "PASSED: every" not in markdown
-    )
-
-
-@pytest.mark.parametrize("installed_set", ["cpu", None, "gpu"])
-def test_report_tensorflow_without_gpu_support(installed_set):
-    """Its cells skip themselves in strict mode: not validated on GPU, except in the GPU set (a
-    failure)."""
-    tf = {"installed": True, "version": "2.21.0", "is_cuda_build": True, "gpus": 0, "error": None}
-    built, _ = _build(
-        {**FACTS, "course_set": installed_set, "tensorflow": tf}, [_notebook("05_dali_pipelines")]
-    )
-    assert built["not_validated_on_gpu"][0]["why"].startswith(
-        "installed without GPU support: no CUDA"
-    )
-    assert built["notebooks"][0]["result"] == "not validated", (
-        "never failed for a framework without its GPU"
-    )
-    if installed_set == "gpu":
-        assert built["status"] == "failed" and "TensorFlow sees no GPU" in built["problems"][0]
-    else:
-        assert built["status"] == "partial" and built["problems"] == []
-
-
-def test_report_a_failing_tensorflow_cell_still_fails_its_part():
-    notebooks = [
-        _notebook(
-            "01_verify_gpu", ("passed", "failed"), returncode=1, parts=["PyTorch", "TensorFlow"]
-        )
-    ]
-    built, markdown = _build(WITH_TF, notebooks)
-    row = built["notebooks"][0]
-    assert built["status"] == "failed" and row["result"] == "failed"
-    assert row["failed_cells"] == ["Cell 1: boom"]
-    assert (
-        row["parts"]["TensorFlow"]["result"] == "failed"
-        and row["parts"]["PyTorch"]["result"] == "passed"
-    )
-    assert "## Problems" in markdown
-
-
-def test_report_failures_timeouts_and_skips():
-    notebooks = [
-        _notebook("01_verify_gpu", uses=(), timed_out=True, returncode=None),
-        _notebook("02_tensors_on_device", outcomes=(), uses=(), returncode=5),
-    ]
-    skipped = {
-        **GPU_TESTS,
-        "cases": GPU_TESTS["cases"]
-        + [
-            {
-                "id": "tests.test_gpu::test_b",
-                "name": "test_b",
-                "outcome": "skipped",
-                "seconds": 0,
-                "message": "no CUDA",
-            }
-        ],
-    }
-    built = report.build_report(FACTS, notebooks, skipped, {"error": "CUDA error: out of memory"})
-    assert [row["result"] for row in built["notebooks"]] == ["timeout", "failed"], (
-        "no cells ran: no pass"
-    )
-    assert built["status"] == "failed" and any(p.startswith("bench:") for p in built["problems"])
+def test_failures_timeouts_and_skips():
+    timeout = _lesson_step("01_verify_gpu", timed_out=True, returncode=None)
+    none_ran = _lesson_step("02_tensors_on_device", (), returncode=5)
+    outside = _lesson_step("03_batching_pipelines", returncode=1)  # failed outside any cell
+    record = _run([timeout, none_ran, outside])
+    record["steps"][-2]["cases"].append(_case("tests.test_gpu::test_b", "skipped", "no CUDA"))
+    record["steps"][-1]["card"] = {"error": "CUDA error: out of memory"}
+    built = report.build_report(record)
+    assert [row["result"] for row in built["notebooks"]] == ["timeout", "failed", "failed"]
+    assert built["status"] == "failed" and built["problems"][-1].startswith("bench: CUDA error")
     assert built["gpu_tests"]["skipped"] == ["tests.test_gpu::test_b: no CUDA"]
-    assert {"what": "gpu test: tests.test_gpu::test_b", "why": "skipped: no CUDA", "where": []} in (
-        built["not_validated_on_gpu"]
-    )
-    none_ran = report.build_report(FACTS, [], {**GPU_TESTS, "returncode": 5, "cases": []}, None)
-    assert none_ran["gpu_tests"]["result"] == "failed" and none_ran["status"] == "failed"
+    assert built["gpu_tests"]["result"] == "passed"
+    item = {"what": "gpu tests: tests.test_gpu::test_b", "why": "no CUDA", "where": []}
+    assert item in built["not_validated_on_gpu"]
+    record = _run()
+    record["steps"][1] |= {"returncode": 5, "cases": []}
+    built = report.build_report(record)
+    assert built["gpu_tests"]["failed"] == ["no gpu tests ran (pytest exit status 5)"]
+    assert built["status"] == "failed" and built["problems"] == ["gpu tests: failed"]
 
 
-def test_report_a_false_claim_fails_its_lesson_a_flaky_one_is_named_flaky():
-    false = _notebook(
-        "07_troubleshooting_oom",
-        uses=("claims",),
-        claims=[
-            _claim("checkpointing peaks lower", False, 0.9, "at most 0.8"),
-            _claim("accumulation peaks lower", True, 0.5, "at most 0.65"),
-        ],
-    )
-    flaky = _notebook(
-        "08_profile_and_compile",
-        uses=("claims",),
-        claims=[_claim("the fast loop is faster", False)],
-        rerun={"claims": [_claim("the fast loop is faster", True, 1.6)]},
-    )
-    built, markdown = _build(WITH_TF, [false, flaky])
+def test_a_false_claim_fails_a_flaky_one_is_named_flaky():
+    claims = [_claim("checkpointing peaks lower", False, 0.9, "at most 0.8")]
+    claims.append(_claim("accumulation peaks lower", True, 0.5, "at most 0.65"))
+    false = _lesson_step("07_troubleshooting_oom", claims=claims)
+    flaky = _lesson_step("08_profile_and_compile", claims=[_claim("the loop is faster", False)])
+    rerun = {**flaky, "id": "rerun 08_profile_and_compile", "kind": "rerun"}
+    rerun["claims"] = [_claim("the loop is faster", True, 1.6)]
+    built, markdown = _build(_run([false, flaky, rerun]))
     oom, profile = built["notebooks"]
     assert oom["result"] == profile["result"] == "failed" and built["status"] == "failed"
-    assert [c["verdict"] for c in oom["claims"]] == ["false", "pass"], (
-        "the claim after a false one is there"
-    )
+    assert [c["verdict"] for c in oom["claims"]] == ["false", "pass"], "the claim after it is there"
     assert [c["verdict"] for c in profile["claims"]] == ["flaky"]
-    assert built["problems"][1] == (
-        f"{profile['notebook']}: failed (claim flaky: the fast loop is faster: "
-        "1x, expected at least 1.5)"
-    )
+    assert built["problems"] == [
+        f"{oom['notebook']}: failed (claim false: checkpointing peaks lower: 0.9x, expected at "
+        "most 0.8)",
+        f"{profile['notebook']}: failed (claim flaky: the loop is faster: 1x, expected at least "
+        "1.5)",
+    ]
+    row = f"| {oom['notebook']} | checkpointing peaks lower | 0.9x | at most 0.8 | FAIL | the "
     assert (
-        f"| {oom['notebook']} | checkpointing peaks lower | 0.9x | at most 0.8 | FAIL | the "
-        "lesson's "
-        "arithmetic |"
-    ) in markdown
-    assert (
-        f"| {oom['notebook']} | accumulation peaks lower | 0.5x | at most 0.65 | PASS |" in markdown
+        row + "lesson's arithmetic |" in markdown and "| 0.5x | at most 0.65 | PASS |" in markdown
     )
     assert "FAIL, then PASS when run again: FLAKY" in markdown
 
 
-def test_report_a_false_claim_on_a_busy_gpu_is_inconclusive():
-    def fake_reader():
-        class Reader:
-            source = "fake"
+def _nvml(utilisation=3, processes=(), mig=None):
+    """A stand-in for the pynvml module, one T4; ``mig`` None: the GPU does not support MIG."""
 
-            def count(self):
-                return 1
+    def mig_mode(handle):
+        return (int(mig), int(mig)) if mig is not None else 1 / 0  # NVMLError_NotSupported
 
-            def read(self, index):
-                return {
-                    "name": "NVIDIA T4",
-                    "utilization_percent": 87,
-                    "sm_clock_mhz": 585,
-                    "sm_clock_max_mhz": 1590,
-                    "power_limit_w": 70.0,
-                    "mig": None,
-                    "processes": [{"pid": 4242, "used_mib": 9000}],
-                }
+    nv = SimpleNamespace(NVML_CLOCK_SM=1, nvmlInit=int, nvmlShutdown=int)
+    nv.nvmlDeviceGetMigMode = mig_mode
+    running = [SimpleNamespace(pid=pid, usedGpuMemory=mib * 2**20) for pid, mib in processes]
+    values = {"Count": 1, "HandleByIndex": "h0", "Name": "NVIDIA T4", "ClockInfo": 585}
+    values |= {"MaxClockInfo": 1590, "PowerManagementLimit": 70000}
+    values |= {"UtilizationRates": SimpleNamespace(gpu=utilisation)}
+    for name, value in {**values, "ComputeRunningProcesses": running}.items():
+        setattr(nv, f"nvmlDeviceGet{name}", lambda *_, value=value: value)
+    return nv
 
-            def close(self):
-                pass
 
-        return Reader(), ""
+def test_the_gpu_state_through_pynvml_and_a_busy_gpu():
+    """Read through pynvml (a stand-in module); a false claim on a busy GPU is inconclusive."""
+    t4 = {"index": 0, "name": "NVIDIA T4", "utilization_percent": 3, "sm_clock_mhz": 585}
+    t4 |= {"sm_clock_max_mhz": 1590, "power_limit_w": 70.0, "processes": [], "mig": None}
+    assert gpustate.gpu_state(nv=_nvml()) == {"gpus": [t4]}
+    assert gpustate.busy_reasons(gpustate.gpu_state(nv=_nvml())) == [], "no MIG: not sliced"
+    sliced = gpustate.busy_reasons(gpustate.gpu_state(nv=_nvml(mig=True)))
+    assert sliced == ["GPU 0 (NVIDIA T4): MIG mode on (a slice of the GPU: timings are a fraction)"]
+    unread = gpustate.gpu_state(nv=SimpleNamespace(nvmlInit=lambda: 1 / 0))
+    assert unread == {"error": "not read: ZeroDivisionError: division by zero"}
 
-    before = gpustate.gpu_state(fake_reader)
-    assert (
-        before["gpus"][0]["processes"] == [{"pid": 4242, "used_mib": 9000}]
-        and before["source"] == "fake"
-    )
-    assert gpustate.busy_reasons(before) == [
-        "GPU 0 (NVIDIA T4): 1 other compute process(es) on it",
-        "GPU 0 (NVIDIA T4): 87% utilised before the run",
-    ]
-    nb = _notebook("04_mixed_precision", uses=(), claims=[_claim("AMP is faster", False)])
-    built, markdown = _build(
-        WITH_TF, [nb], gpu_before=before, gpu_after={"error": "NVML: not read"}
-    )
-    assert built["notebooks"][0]["result"] == "inconclusive" and built["status"] == "inconclusive"
-    assert built["notebooks"][0]["claims"][0]["verdict"] == "busy"
+    before = gpustate.gpu_state(nv=_nvml(87, [(4242, 9000)]))
+    assert before["gpus"][0]["processes"] == [{"pid": 4242, "used_mib": 9000}]
+    lesson = _lesson_step("04_mixed_precision", claims=[_claim("AMP is faster", False)])
+    record = _run([lesson], gpu_before=before, gpu_after={"error": "not read: NVML"})
+    built, markdown = _build(record)
+    gpu0 = "GPU 0 (NVIDIA T4): "
+    busy = [f"{gpu0}1 other compute process(es) before the run"]
+    assert built["busy"] == [*busy, f"{gpu0}87% utilised before the run"]
+    assert built["notebooks"][0]["result"] == built["status"] == "inconclusive"
+    assert built["notebooks"][0]["claims"][0]["verdict"] == "busy" and built["problems"] == []
     assert markdown.startswith("# GPU test report: INCONCLUSIVE")
     assert "| before | 0: NVIDIA T4 | 87% | 585 / 1590 MHz | 70.0 W | 1 | - |" in markdown
-    assert (
-        "| after | not read: NVML: not read |" in markdown and "BUSY: GPU 0 (NVIDIA T4)" in markdown
-    )
-    idle = {
-        "gpus": [
-            {
-                "index": 0,
-                "name": "H100",
-                "utilization_percent": 0,
-                "processes": [],
-                "mig": "disabled",
-            }
-        ]
-    }
-    assert gpustate.busy_reasons(idle) == [] and gpustate.gpu_state(
-        lambda: (None, "no driver")
-    ) == {"error": "no driver"}
-
-
-def test_the_gpu_state_through_nvidia_ml_py():
-    class NotSupported(Exception):
-        pass
-
-    class FakeNvml:
-        def __getattr__(self, name):
-            values = {
-                "nvmlDeviceGetCount": 1,
-                "nvmlDeviceGetHandleByIndex": "h0",
-                "nvmlDeviceGetName": b"NVIDIA H100 80GB HBM3",
-                "nvmlDeviceGetClockInfo": 1980,
-                "nvmlDeviceGetMaxClockInfo": 1980,
-                "nvmlDeviceGetPowerManagementLimit": 700000,
-                "nvmlDeviceGetComputeRunningProcesses": [],
-                "nvmlInit": None,
-                "nvmlShutdown": None,
-            }
-            if name == "nvmlDeviceGetUtilizationRates":
-                return lambda *a: type("Rates", (), {"gpu": 3, "memory": 1})
-            if name == "nvmlDeviceGetMigMode":
-                return lambda *a: (_ for _ in ()).throw(NotSupported())
-            return lambda *a: values[name]
-
-    state = gpustate.gpu_state(lambda: (gpustate.PynvmlReader(FakeNvml()), ""))
-    assert state["source"] == "nvidia-ml-py" and state["gpus"] == [
-        {
-            "index": 0,
-            "name": "NVIDIA H100 80GB HBM3",
-            "utilization_percent": 3,
-            "sm_clock_mhz": 1980,
-            "sm_clock_max_mhz": 1980,
-            "power_limit_w": 700.0,
-            "processes": [],
-            "mig": None,
-        }
+    assert "| after | not read: NVML |" in markdown and "BUSY: GPU 0 (NVIDIA T4)" in markdown
+    record["gpu_before"] = gpustate.gpu_state(nv=_nvml())
+    record["gpu_after"] = gpustate.gpu_state(nv=_nvml(50, [(7, 10)], mig=True))
+    built = report.build_report(record)
+    after = [
+        f"{gpu0}1 other compute process(es) after the run",
+        f"{gpu0}50% utilised after the run",
     ]
-    assert gpustate.busy_reasons(state) == [], "a GPU without MIG support is not sliced"
+    assert built["busy"] == after, "said as after the run, never before; MIG is read before"
+    assert built["status"] == "inconclusive"
 
 
-def test_report_a_missing_package_or_a_small_shm_is_the_machines_problem():
-    vision = _notebook(
-        "03_batching_pipelines",
-        ("passed", "failed"),
-        uses=(),
-        returncode=1,
-        message="ModuleNotFoundError: No module named 'torchvision'",
-    )
-    loader = _notebook(
-        "09_make_it_fast",
-        ("failed",),
-        uses=(),
-        returncode=1,
-        code="DataLoader(num_workers=8)",
-        message="RuntimeError: DataLoader worker (pid 77) is killed by signal: Bus error.",
-    )
+def test_a_missing_package_or_a_small_shm_is_the_machines():
+    no_vision = "ModuleNotFoundError: No module named 'torchvision'"
+    vision = _lesson_step("03_batching_pipelines", ("passed", "failed"), no_vision)
+    vision["code"] = "data = gpucourse.loaders.jpeg_dataset(root)"
+    bus = "RuntimeError: DataLoader worker (pid 77) is killed by signal: Bus error."
+    loader = _lesson_step("09_make_it_fast", ("failed",), bus, code="DataLoader(num_workers=8)")
     small = preflight.shm_problem("/dev/shm", needed_mib=10**9)
-    built, markdown = _build(
-        WITH_TF, [vision, loader], machine=[{**small, **preflight.APPLIES["shm"]}]
-    )
+    vision_facts = {"torch": "2.11.0", "cuda": "13.0", "error": no_vision}
+    machine = preflight.machine_problems(vision_facts, shm=lambda: small, managed=lambda: None)
+    built, markdown = _build(_run([vision, loader], machine=machine))
     assert [row["result"] for row in built["notebooks"]] == ["machine", "machine"]
     assert built["status"] == "inconclusive" and built["problems"] == []
-    assert (
-        built["notebooks"][0]["machine_cause"]
-        == "the package torchvision is missing on this machine"
-    )
+    assert built["notebooks"][0]["machine_cause"].startswith("torchvision cannot be used")
     assert "--shm-size" in built["notebooks"][1]["machine_cause"]
-    assert "## The machine's problems (not the lessons')" in markdown
-    assert "the machine's problem, not the lesson's: the package torchvision is missing" in markdown
-    plain = _notebook(
-        "02_tensors_on_device",
-        ("failed",),
-        uses=(),
-        returncode=1,
-        code="x = 1",
-        message="AssertionError: wrong",
-    )
-    assert (
-        _build(WITH_TF, [plain], machine=[{**small, **preflight.APPLIES["shm"]}])[0]["status"]
-        == "failed"
-    )
+    assert "## The machine's problems and gaps (not the lessons')" in markdown
+    assert "the machine's problem: torchvision cannot be used" in markdown
+    plain = _lesson_step("02_tensors_on_device", ("failed",), "Bus error", code="x = 1")
+    assert _build(_run([plain], machine=machine))[0]["status"] == "failed", "code without a needle"
 
 
-def test_report_lists_the_claims_that_did_not_run_by_name():
+def test_the_claims_that_did_not_run_are_listed_by_name():
     entries = [
         {"cell": 3, "part": "PyTorch", "text": "pinned is faster", "pattern": "pinned is faster"},
         {"cell": 5, "part": "PyTorch", "text": "{n} GB/s", "pattern": ".*? GB/s"},
         {"cell": 9, "part": "TensorFlow", "text": "tf.data wins", "pattern": "tf\\.data wins"},
     ]
-    unmeasured = {"kind": "claim", "claim": "4 GB/s", "measured": None, "checked": False}
-    claims = [_claim("pinned is faster", True), unmeasured]  # claim(..., None): no measurement
-    nb = _notebook("02_tensors_on_device", uses=("claims",), claims=claims)
-    built, markdown = _build(WITH_TF, [nb], catalogue={"02_tensors_on_device": entries})
+    unmeasured = _claim("4 GB/s", None, None, checked=False)  # claim(..., None): did not happen
+    claims = [_claim("pinned is faster", True, 2.0), unmeasured]
+    lesson = _lesson_step("02_tensors_on_device", claims=claims, code="claims.claim('pinned ...")
+    record = _run([lesson], catalogue={"02_tensors_on_device": entries})
+    built, markdown = _build(record)
     row = built["notebooks"][0]
     assert row["claims_not_run"] == ["{n} GB/s", "tf.data wins"] and row["result"] == "passed"
-    assert row["would_check"] == []
-    assert (
-        f"- {row['notebook']}: {{n}} GB/s" in markdown and "## Claims that did not run" in markdown
-    )
-    none = _notebook("02_tensors_on_device", uses=("claims",))
-    built, _ = _build(WITH_TF, [none], catalogue={"02_tensors_on_device": entries})
-    assert built["notebooks"][0]["not_validated_on_gpu"] == [
-        "the lesson's GPU claims (none ran on the GPU: no claim was recorded)"
-    ]
+    assert [c["claim"] for c in row["claims"]] == ["pinned is faster"] and row["would_check"] == []
+    assert f"- {row['notebook']}: {{n}} GB/s" in markdown.split("## Claims that did not run")[1]
+    record["steps"][0]["claims"] = []
+    none = report.build_report(record)["notebooks"][0]["not_validated_on_gpu"]
+    assert none == ["the lesson's GPU claims (none ran on the GPU)"]
+    record["steps"][0]["claims"] = [_claim("4 GB/s", None, 4.0, checked=False)]  # on a CPU
+    built, markdown = _build({**record, "rehearsal": True})
+    row = built["notebooks"][0]
+    assert built["status"] == "rehearsal" and len(row["claims_not_run"]) == 2
+    assert row["would_check"] == ["4 GB/s: 4x, expected at least 1.5"]
+    assert markdown.startswith("# GPU test report: REHEARSAL ON A CPU: not validated: no GPU")
 
 
-def test_a_lesson_whose_gpu_path_this_machine_cannot_run_is_not_validated():
-    """The runner's own checks: DALI's TensorFlow plugin, two GPUs, a C compiler."""
+def test_gaps_leave_lessons_not_validated_never_failed():
+    """DALI's TensorFlow plugin, two GPUs, RAPIDS: what the lesson's code uses and the machine
+    lacks (preflight.machine_gaps); a precondition the lesson states is said once, in its words.
+    Where the machine lacks nothing and all ran, the report is PASSED."""
+    assert _gaps(("cuda_visible_devices", "TensorFlow hides a GPU")) == [], "not a framework's"
+    assert set(preflight.local_facts()) == {"compiler", "dali_tf_plugin", "rapids"}
     lessons = [
-        _notebook("05_dali_pipelines", uses=("tensorflow", "dali", "dali-tf")),
-        _notebook("06_data_parallel", uses=("two-gpus",)),
-        _notebook("08_profile_and_compile", uses=("compiler",)),
+        _lesson_step("05_dali_pipelines", code="dali_tf = gpucourse.import_dali_tf()"),
+        _lesson_step("06_data_parallel", code="DistributedDataParallel(model)"),
+        _lesson_step("10_gpu_dataframes", code="import cudf", claims=[_claim("fast", True, 2)]),
     ]
-    rich = {
-        **WITH_TF,
-        "dali": {"installed": True, "version": "2.4.0", "error": None},
-        "dali_tf_plugin": True,
-        "torch": {**FACTS["torch"], "devices": ["NVIDIA H100 80GB HBM3"] * 2},
-        "c_compiler": "/usr/bin/gcc",
-        "python_headers": True,
-    }
-    assert _build(rich, lessons)[0]["status"] == "passed"
-    poor = {**rich, "dali_tf_plugin": False, "torch": {**FACTS["torch"]}, "c_compiler": None}
-    built, markdown = _build(poor, lessons)
+    built, markdown = _build(_run(lessons, machine=_gaps()))
+    assert built["status"] == "passed" and built["progress"] == "6 of 6 steps finished"
+    assert markdown.startswith("# GPU test report: PASSED: every lesson (3), claim (1)")
+    assert "nothing: every part ran on the GPU" in markdown
+    poor = _gaps(gpus=1, dali_tf_plugin=False, rapids=False)
+    assert all(g["kind"] == "gap" and g["needles"] and g["fix"] for g in poor)
+    built, markdown = _build(_run(lessons, machine=poor))
     assert [row["result"] for row in built["notebooks"]] == ["not validated"] * 3
-    assert built["status"] == "partial"
-    why = {item["what"]: item["why"] for item in built["not_validated_on_gpu"]}
-    assert why["DALI's TensorFlow plugin"].startswith(
-        "not installed: it compiles against TensorFlow"
-    )
-    assert why["two GPUs"].startswith("1 GPU visible to PyTorch: NCCL, DDP")
-    assert why["a C compiler"].startswith(
-        "no C compiler ($CC, gcc or clang): Inductor and Triton build"
-    )
-    assert "PASSED: every" not in markdown
-    stated = {
-        "kind": "precondition",
-        "what": "a C compiler and Python.h for Inductor's Triton kernels",
-        "met": False,
-        "why": "no compiler on this machine",
-        "device": "cuda:0",
+    assert built["status"] == "partial" and "PASSED: every" not in markdown
+    assert built["notebooks"][0]["parts"]["TensorFlow"]["result"] == "not validated"
+    why = {item["what"]: (item["why"], item["where"]) for item in built["not_validated_on_gpu"]}
+    assert why == {
+        "DALI's TensorFlow plugin": (NO_PLUGIN, [lessons[0]["notebook"]]),
+        "two GPUs": (ONE_GPU, [lessons[1]["notebook"]]),
+        "RAPIDS": (NO_RAPIDS, [lessons[2]["notebook"]]),
     }
-    own = _notebook("08_profile_and_compile", uses=("compiler",), claims=[stated])
-    row = _build(poor, [own])[0]["notebooks"][0]
-    assert row["not_validated_on_gpu"] == [
-        "a C compiler and Python.h for Inductor's Triton kernels (no compiler on this machine)"
-    ], "the lesson's own line, said once"
+    stated = {"kind": "precondition", "what": "two GPUs for NCCL", "met": False, "why": "1 GPU"}
+    row = _build(_run([{**lessons[1], "claims": [stated]}], poor))[0]["notebooks"][0]
+    assert row["not_validated_on_gpu"] == ["two GPUs for NCCL (1 GPU)"], "said once"
 
 
-def test_a_false_claim_is_recorded_and_the_claims_after_it_still_run(tmp_path):
-    """A real nbval run of a one-cell lesson, as the runner runs it: strict mode, its claims file,
-    the kernel started by the runner's start-up file. The false claim does not stop the cell; the
-    lesson fails from its claims file; the true claim after it is measured and recorded."""
-    folder = tmp_path / "07_troubleshooting_oom"
-    folder.mkdir()
-    cell = (
-        "from gpucourse import claims\ndevice = 'cuda:0'  # a CUDA device string: the claims "
-        "check\n"
+def test_a_machine_without_dali():
+    """Lesson 05's DALI test cells fail with NO_DALI where the doctor said DALI is missing: its DALI
+    part is not validated, never failed; its grading records the DALI exercises as not validated
+    and passes; a grading failure the gap explains is not validated, others fail."""
+    no_dali = "AssertionError: DALI is not installed here (it ships for Linux only): 0 points."
+    lesson = _real_lesson("05_dali_pipelines", lambda c: c.startswith("assert dali is"), no_dali)
+    said = "05_dali_pipelines test_dali_loader: DALI: not installed; expected 0"
+    graded = _case("test_autograde_on_the_gpu[05_dali_pipelines]", not_validated=[said])
+    record = _run([lesson, _grading_step("05_dali_pipelines", graded)], machine=_gaps(NO_DALI))
+    built, markdown = _build(record)
+    row, dali = built["notebooks"][0], built["notebooks"][0]["parts"]["DALI"]
+    assert len(row["failed_cells"]) == dali["failed_cells"] == 2
+    assert row["result"] == dali["result"] == "not validated"
+    assert "failed: DALI: DALI is not installed" in dali["not_validated"][1]
+    assert row["parts"]["PyTorch"]["result"] == "passed"
+    assert built["status"] == "partial" and built["problems"] == []
+    assert built["grading"]["grading 05_dali_pipelines"]["result"] == "passed"
+    item = {"what": f"grading 05_dali_pipelines: {said}", "why": "this machine", "where": []}
+    assert item in built["not_validated_on_gpu"] and said in markdown
+    error = "ModuleNotFoundError: No module named 'nvidia.dali'"
+    record["steps"][1]["cases"] = [_case("test_dali_fixture", "failed", error)]
+    graded = report.build_report(record)["grading"]["grading 05_dali_pipelines"]
+    assert graded["result"] == "not validated" and graded["failed"] == []
+    assert graded["machine"] == [f"test_dali_fixture: {error}"]
+    record["steps"][1]["cases"] = [_case("test_dali_fixture", "failed", "AssertionError: 3")]
+    assert report.build_report(record)["status"] == "failed", "a gap explains only its symptoms"
+
+
+def test_a_machine_without_a_c_compiler():
+    """Lesson 08's compile cells fail in Inductor: not validated, never failed; its compiled claim,
+    recorded with no measurement, did not run: never passed, never failed."""
+    inductor = "torch._inductor.exc.InductorError: RuntimeError: Failed to find C compiler."
+    lesson = _real_lesson("08_profile_and_compile", lambda c: "torch.compile(" in c, inductor)
+    texts = ("the profiler sees the kernels", "compiled is faster")
+    lesson["claims"] = [_claim(texts[0], True, 2.0), _claim(texts[1], None, None, checked=False)]
+    entries = [{"cell": 1, "part": "PyTorch", "text": t, "pattern": t} for t in texts]
+    record = _run([lesson], _gaps(compiler=NO_CC), catalogue={"08_profile_and_compile": entries})
+    built, markdown = _build(record)
+    row = built["notebooks"][0]
+    assert row["result"] == "not validated" and row["parts"]["PyTorch"]["failed_cells"] >= 1
+    assert built["status"] == "partial" and built["problems"] == []
+    assert "## Problems" not in markdown and markdown.startswith("# GPU test report: PASSED WHAT")
+    assert row["not_validated_on_gpu"][0] == f"a C compiler ({NO_CC})"
+    assert f"failed: a C compiler: {NO_CC})" in row["not_validated_on_gpu"][1]
+    assert [c["claim"] for c in row["claims"]] == ["the profiler sees the kernels"]
+    assert row["claims_not_run"] == ["compiled is faster"]
+    assert row["failed_claims"] == row["would_check"] == []
+
+
+# ---- the plan, the budget, and the runner itself ----
+def test_the_plan_and_the_budget(tmp_path):
+    """The steps in the order of their value, left out when not asked for; a step whose estimate
+    exceeds the time left is left out, with why, in the record and the report."""
+    names = ["01_verify_gpu", "02_tensors_on_device"]
+    notebooks = [next(ROOT.glob(f"solutions/{n}/*.ipynb")) for n in names]
+
+    def plan(*argv, before=None):
+        found = run.plan(notebooks, run.parser().parse_args(list(argv)), before or {})
+        return {s["id"]: (s["kind"], s["state"], s["estimate"], s["why"]) for s in found}
+
+    grading = ["grading the small assignment", *(f"grading {n}" for n in names)]
+    planned = plan("--budget", "9", before={"lesson 01_verify_gpu": {"seconds": 3.0}})
+    assert list(planned) == [*(f"lesson {n}" for n in names), *grading, "gpu tests", "bench"]
+    assert {v[1] for v in planned.values()} == {"planned"}
+    guess = run.ESTIMATES
+    estimates = [3.0, guess["lesson"], guess["small"], guess["grading"]]
+    assert [v[2] for v in planned.values()][:4] == estimates, "the last run's time, or a guess"
+    left_out = {k: v[3] for k, v in plan("--no-grading", "--rehearse").items() if v[1] != "planned"}
+    no_grading, no_gpu = "not run: not asked for (--no-grading)", "not run: no GPU: a CPU rehearsal"
+    assert left_out == {**dict.fromkeys(grading, no_grading), "gpu tests": no_gpu, "bench": no_gpu}
+
+    args = run.parser().parse_args(["--budget", "1100"])
+    record = _run(started=time.time() - 1000, budget=1100)
+    record["steps"] = run.plan(notebooks, args, {})
+    runner = run.Runner(record, tmp_path, args)
+    first, second = record["steps"][:2]
+    first["estimate"], second["estimate"] = 30, 200
+    assert 80 < runner.start(first) <= 90 and first["state"] == "running", "time left, less reserve"
+    assert runner.start(second) is None and second["state"] == "left out"
+    assert second["why"].startswith("not run: out of time (needs about 200 s, ")
+    written = json.loads((tmp_path / "gpu-report.json").read_text())
+    assert f"lesson 02_tensors_on_device: {second['why']}" in written["skipped"]
+    assert json.loads((tmp_path / "run.json").read_text())["steps"][1]["state"] == "left out"
+
+
+def _fake_execute(calls, claim):
+    """steps.execute for run.main: one passing test case each, ``claim`` in lesson 07's claims."""
+
+    def execute(command, log, timeout, env):
+        calls.append((command, env))
+        Path(log).write_text("faked\n")
+        junit = next((c.split("=", 1)[1] for c in command if c.startswith("--junitxml=")), None)
+        if junit:
+            case = '<testcase classname="t" name="test_a" time="1"/>'
+            Path(junit).write_text(f"<testsuites><testsuite>{case}</testsuite></testsuites>")
+        if steps.CLAIMS_VAR in env and "07_" in " ".join(command):
+            Path(env[steps.CLAIMS_VAR]).write_text(json.dumps(claim) + "\n")
+        if command[0] == "sh":
+            Path(shlex.split(command[2])[-1]).write_text(json.dumps(BENCH))
+        return {"returncode": 0, "timed_out": False, "seconds": 1.0}
+
+    return execute
+
+
+def test_main_wires_the_steps_reruns_and_the_report(tmp_path, monkeypatch):
+    """run.main with each child process faked: what it runs, in which environment, the rerun of a
+    lesson whose claim failed, the grading per lesson, and the report it writes."""
+    calls = []
+    false = _claim("checkpointing peaks lower", False, 0.9, "at most 0.8", unit="")
+    monkeypatch.setattr(steps, "execute", _fake_execute(calls, false))
+    monkeypatch.setattr(steps, "doctor_report", lambda: {"facts": FACTS, "findings": []})
+    monkeypatch.setattr(preflight, "quick_problem", lambda: None)
+    monkeypatch.setattr(preflight, "machine_problems", lambda: [])
+    monkeypatch.setattr(preflight, "local_facts", lambda: {"dali_tf_plugin": True, "rapids": True})
+    monkeypatch.setattr(gpustate, "gpu_state", lambda: IDLE)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    lessons = ["02_tensors_on_device", "07_troubleshooting_oom"]
+    assert run.main([*lessons, "--artifacts", str(tmp_path)]) == 1, "lesson 07's claim is false"
+    assert all(e[steps.REQUIRE_GPU_VAR] == "1" for _, e in calls), "strict mode everywhere"
+    ran = [c for c, e in calls if e.get(steps.DEFER_VAR) == "1" and steps.CLAIMS_VAR in e]
+    ran = [Path(c[c.index("--nbval-lax") - 1]).parent.name for c in ran]
+    assert ran == [*lessons, lessons[1]], "lesson 07 ran again: its claim failed"
+    picked = sorted(c[c.index("-k") + 1] for c, _ in calls if "-k" in c)
+    tests, graded = "not autograde_on_the_gpu and not small_assignment", "autograde_on_the_gpu and"
+    assert picked == [f"{graded} {lessons[0]}", f"{graded} {lessons[1]}", tests, "small_assignment"]
+    recorded = json.loads((tmp_path / "run.json").read_text())
+    assert [s["state"] for s in recorded["steps"]] == ["done"] * 8
+    assert recorded["steps"][2]["id"] == "rerun 07_troubleshooting_oom"
+    built = json.loads((tmp_path / "gpu-report.json").read_text())
+    assert built["status"] == "failed" and len(built["problems"]) == 1
+    assert built["problems"][0].startswith("solutions/07_troubleshooting_oom/")
+    assert built["grading"]["grading 02_tensors_on_device"]["result"] == "passed"
+    assert built["bench"] == BENCH and built["environment"]["executable"] == sys.executable
+    assert "| checkpointing peaks lower | 0.9 |" in (tmp_path / "gpu-report.md").read_text()
+
+    calls.clear()
+    assert run.main([lessons[0], "--no-grading", "--artifacts", str(tmp_path)]) == 0
+    assert [c[c.index("-k") + 1] for c, _ in calls if "-k" in c] == [tests], "no grading"
+    recorded = json.loads((tmp_path / "run.json").read_text())
+    assert recorded["steps"][0]["estimate"] == 1.0, "the last run's time is the estimate"
+    built = json.loads((tmp_path / "gpu-report.json").read_text())
+    assert built["status"] == "partial" and len(built["skipped"]) == 3, built["skipped"]
+    assert "lessons not run (not asked for)" in built["skipped"][0], "a subset is never PASSED"
+
+
+def test_a_false_claim_is_recorded_and_later_claims_run(tmp_path):
+    """A real nbval run of a one-cell lesson through Runner.execute: strict mode, its claims file,
+    claims deferred. The false claim does not stop the cell; the true claim after it is measured;
+    the lesson fails from its claims file; a stale claims file is replaced."""
+    source = (
+        "from gpucourse import claims\ndevice = 'cuda:0'  # a CUDA device string: claims check\n"
         "claims.claim('checkpointing peaks lower', 0.9, device=device, at_most=0.8)\n"
         "claims.claim('accumulation peaks lower', 0.5, device=device, at_most=0.65)\n"
         "claims.needs('two GPUs', False, device=device, why='1 GPU visible')\n"
     )
-    notebook = folder / "troubleshooting_oom.ipynb"
-    notebook.write_text(
-        json.dumps(
-            {
-                "cells": [
-                    {
-                        "cell_type": "code",
-                        "source": cell,
-                        "metadata": {},
-                        "outputs": [],
-                        "execution_count": None,
-                    }
-                ],
-                "metadata": {
-                    "kernelspec": {
-                        "name": "python3",
-                        "display_name": "Python 3",
-                        "language": "python",
-                    }
-                },
-                "nbformat": 4,
-                "nbformat_minor": 5,
-            }
-        )
-    )
+    path = tmp_path / "07_troubleshooting_oom" / "troubleshooting_oom.ipynb"
+    path.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
     artifacts = tmp_path / "artifacts"
-    (artifacts / "logs").mkdir(parents=True)
-    (artifacts / "claims").mkdir()
-    (artifacts / "claims" / "07_troubleshooting_oom.jsonl").write_text(
-        '{"kind": "claim", "passed": true}\n'
-    )
-    result = runs.run_lesson(notebook, artifacts, 120)
-    log = (artifacts / "logs" / "07_troubleshooting_oom.log").read_text()
-    assert [c["outcome"] for c in result["cases"]] == ["passed"], log
-    assert [(e["kind"], e.get("claim") or e.get("what")) for e in result["claims"]] == [
-        ("claim", "checkpointing peaks lower"),
-        ("claim", "accumulation peaks lower"),
-        ("precondition", "two GPUs"),
-    ], "one fresh file a lesson; every claim recorded"
-    built = report.build_report(FACTS, [result], GPU_TESTS, BENCH)
+    for sub in ("logs", "junit", "claims"):
+        (artifacts / sub).mkdir(parents=True)
+    stale = artifacts / "claims" / "lesson-07_troubleshooting_oom.jsonl"
+    stale.write_text('{"kind": "claim", "claim": "stale", "passed": true}\n')
+    step = {"id": "lesson 07_troubleshooting_oom", "kind": "lesson", "estimate": 60}
+    step |= {"lesson": "07_troubleshooting_oom", "notebook": str(path), "state": "planned"}
+    record = {**_run(), "steps": [step]}
+    run.Runner(record, artifacts, run.parser().parse_args(["--timeout", "120"])).execute(step)
+    log = (artifacts / step["log"]).read_text()
+    loaded = run.load(record, artifacts)["steps"][0]
+    assert step["state"] == "done" and [c["outcome"] for c in loaded["cases"]] == ["passed"], log
+    said = [e.get("claim") or e.get("what") for e in loaded["claims"]]
+    assert said == ["checkpointing peaks lower", "accumulation peaks lower", "two GPUs"], "fresh"
+    built = json.loads((artifacts / "gpu-report.json").read_text())
     row = built["notebooks"][0]
     assert row["result"] == "failed" and [c["verdict"] for c in row["claims"]] == ["false", "pass"]
     assert row["not_validated_on_gpu"] == ["two GPUs (1 GPU visible)"]
-    assert built["problems"][0].endswith(
-        "(claim false: checkpointing peaks lower: 0.9, expected at most 0.8)"
-    )
-
-
-def test_main_wires_lessons_claims_reruns_gpu_tests_grading_and_the_report_together(
-    tmp_path, monkeypatch
-):
-    """main() with every run faked: what it asks pytest for, the rerun of a lesson whose claim
-    failed, and the report files it writes."""
-    calls = []
-
-    def fake_pytest(args, junit, log, timeout, rehearsal=False, **env):
-        calls.append((args, env))
-        if "GPUCOURSE_CLAIMS" in env and "07_" in args[0]:
-            claim = _claim("checkpointing at most 80% of the peak", False, 0.9, "at most 0.8")
-            Path(env["GPUCOURSE_CLAIMS"]).write_text(json.dumps({**claim, "unit": ""}) + "\n")
-        assert env.get("GPUCOURSE_CLAIMS_DEFER", "1") == "1" and not rehearsal
-        return {
-            "returncode": 0,
-            "timed_out": False,
-            "seconds": 1.0,
-            "log": str(log),
-            "cases": [{"id": "t", "name": "t", "outcome": "passed", "seconds": 1.0, "message": ""}],
-        }
-
-    monkeypatch.setattr(preflight, "quick_problem", lambda: None)
-    monkeypatch.setattr(preflight, "machine_problems", lambda: [])
-    monkeypatch.setattr(runs, "doctor_report", lambda: {"facts": FACTS})
-    monkeypatch.setattr(runs, "run_pytest", fake_pytest)
-    monkeypatch.setattr(runs, "run_bench", lambda artifacts: BENCH)
-    monkeypatch.setattr(gpustate, "gpu_state", lambda: {"error": "faked"})
-    assert run.main(["--artifacts", str(tmp_path)]) == 1, "lesson 07's claim is false"
-    lessons = [args for args, env in calls if "GPUCOURSE_CLAIMS" in env]
-    every = sorted((ROOT / "solutions").glob("*/*.ipynb"))
-    assert len(lessons) == len(every) + 1, "lesson 07 ran twice: its claim failed"
-    assert [args for args, env in calls if "GPUCOURSE_CLAIMS" not in env] == [
-        ["tests/gpu/test_on_cuda.py", "-m", "gpu", "-k", "not autograde"],
-        ["tests/gpu/test_on_cuda.py", "-m", "gpu", "-k", "autograde"],
-    ]
-    built = json.loads((tmp_path / "gpu-report.json").read_text())
-    assert built["status"] == "failed" and built["grading"]["result"] == "passed"
-    assert built["environment"]["executable"] == sys.executable
-    markdown = (tmp_path / "gpu-report.md").read_text()
-    assert (
-        "| checkpointing at most 80% of the peak | 0.9 | at most 0.8 | FAIL | the lesson's "
-        "arithmetic |" in (markdown)
-    )
-    assert "## Grading on the GPU (nbgrader autograde, expected scores): passed" in markdown
-
-    calls.clear()
-    assert run.main(["02_tensors_on_device", "--no-grading", "--artifacts", str(tmp_path)]) == 0
-    assert calls[-1][0][-1] == "not autograde", "no grading run"
-    built = json.loads((tmp_path / "gpu-report.json").read_text())
-    assert built["status"] == "partial" and len(built["skipped"]) == 2, built["skipped"]
+    false = "(claim false: checkpointing peaks lower: 0.9, expected at most 0.8)"
+    assert built["problems"] == [f"{path}: failed {false}"]
 
 
 # ---- grading on a GPU: the sandbox passes the GPU through, and a warning never costs a right
 # answer its points ----
 def test_the_sandbox_passes_the_gpus_and_their_driver_libraries_through(tmp_path):
     dev = tmp_path / "dev"
-    for name in (
-        "nvidia0",
-        "nvidia1",
-        "nvidiactl",
-        "nvidia-uvm",
-        "nvidia-uvm-tools",
-        "nvidia-modeset",
-        "dxg",
-        "null",
-        "nvme0n1",
-        "fb0",
-    ):
+    passed = "dxg nvidia-modeset nvidia-uvm nvidia-uvm-tools nvidia0 nvidia1 nvidiactl".split()
+    for name in [*passed, "null", "nvme0n1", "fb0"]:
         (dev / name).parent.mkdir(parents=True, exist_ok=True)
         (dev / name).touch()
     (dev / "nvidia-caps").mkdir()
-    site, nix, cuda = (
-        tmp_path / d for d in ("site/driver/lib", "run/opengl-driver/lib", "cluster/cuda/lib64")
-    )
-    for folder in (site, nix, cuda):
+    folders = ("site/driver/lib", "run/opengl-driver/lib", "cluster/cuda/lib64")
+    site, nix, cuda = (tmp_path / d for d in folders)
+    for folder in (site, nix, cuda, tmp_path / "store"):
         folder.mkdir(parents=True)
-    (tmp_path / "store").mkdir()
     (tmp_path / "store" / "libcuda.so.550.54").touch()
-    (nix / "libcuda.so.1").symlink_to(
-        tmp_path / "store" / "libcuda.so.550.54"
-    )  # NixOS: a link into the store
+    (nix / "libcuda.so.1").symlink_to(tmp_path / "store" / "libcuda.so.550.54")  # NixOS's store
     ldconfig = (
         f"\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
         f"\tlibcuda.so.1 (libc6,x86-64) => {nix}/libcuda.so.1\n"
         f"\tlibnvidia-ml.so.1 (libc6,x86-64) => {site}/libnvidia-ml.so.1\n"
         f"\tlibcudart.so.12 (libc6,x86-64) => /elsewhere/libcudart.so.12\n"
     )
-    devices, libraries = sandbox.gpu_passthrough(
-        str(dev), ldconfig, {"LD_LIBRARY_PATH": f"{cuda}:/usr/local/cuda/lib64:"}
-    )
-    assert devices == [
-        str(dev / n)
-        for n in (
-            "dxg",
-            "nvidia-caps",
-            "nvidia-modeset",
-            "nvidia-uvm",
-            "nvidia-uvm-tools",
-            "nvidia0",
-            "nvidia1",
-            "nvidiactl",
-        )
-    ]
-    assert libraries == sorted(map(str, (cuda, nix, site, tmp_path / "store"))), (
-        "/usr is in the sandbox already"
-    )
-    assert sandbox.gpu_passthrough(str(tmp_path / "no-gpu"), ldconfig, {}) == ([], []), (
-        "no GPU, nothing to pass"
-    )
+    paths = {"LD_LIBRARY_PATH": f"{cuda}:/usr/local/cuda/lib64:"}
+    devices, libraries = sandbox.gpu_passthrough(str(dev), ldconfig, paths)
+    assert devices == sorted(str(dev / n) for n in [*passed, "nvidia-caps"])
+    assert libraries == sorted(map(str, (cuda, nix, site, tmp_path / "store"))), "not /usr"
+    no_gpu = sandbox.gpu_passthrough(str(tmp_path / "no-gpu"), ldconfig, {})
+    assert no_gpu == ([], []), "no GPU, nothing to pass"
 
-    command = sandbox.sandbox_command(
-        ["/env/bin/python", "-m", "ipykernel_launcher"],
-        workdir="/course/autograded/a",
-        runtime="/tmp/grade-x",
-        memory=0,
-        cpu_seconds=60,
-        python_dirs=["/env"],
-        devices=devices,
-        libraries=libraries,
-        environ={"LD_LIBRARY_PATH": str(cuda)},
-    )
-    binds = [
-        tuple(command[i : i + 3])
-        for i, part in enumerate(command)
-        if part in {"--dev-bind", "--ro-bind"}
-    ]
-    assert [
-        (kind, path)
-        for kind, path, same in binds
-        if path == same and (path in devices or path in libraries)
-    ] == ([("--ro-bind", d) for d in libraries] + [("--dev-bind", d) for d in devices])
-    assert ("--setenv", "LD_LIBRARY_PATH", str(cuda)) in zip(
-        command, command[1:], command[2:], strict=False
-    )
-    assert not any(part.startswith("--as=") for part in command), (
-        "no address-space limit with a GPU (CUDA reserves more)"
-    )
+    kernel = ["/env/bin/python", "-m", "ipykernel_launcher"]
+    where = dict(workdir="/course/autograded/a", runtime="/tmp/grade-x", python_dirs=["/env"])
+    given = dict(devices=devices, libraries=libraries, environ={"LD_LIBRARY_PATH": str(cuda)})
+    command = sandbox.sandbox_command(kernel, memory=0, cpu_seconds=60, **where, **given)
+    binds = [command[i : i + 3] for i, p in enumerate(command) if p in {"--dev-bind", "--ro-bind"}]
+    same = [(kind, path) for kind, path, to in binds if path == to and path in devices + libraries]
+    assert same == [("--ro-bind", d) for d in libraries] + [("--dev-bind", d) for d in devices]
+    triples = zip(command, command[1:], command[2:], strict=False)
+    assert ("--setenv", "LD_LIBRARY_PATH", str(cuda)) in triples
+    assert not any(part.startswith("--as=") for part in command), "CUDA reserves more"
     with pytest.raises(RuntimeError, match="holds the course"):
-        sandbox.sandbox_command(
-            ["python"],
-            workdir="/w",
-            runtime="/r",
-            memory=0,
-            cpu_seconds=1,
-            python_dirs=[],
-            devices=devices,
-            libraries=["/home/me"],
-            environ={},
-            course="/home/me/course",
-        )
+        where = dict(workdir="/w", runtime="/r", memory=0, cpu_seconds=1, python_dirs=[])
+        course = dict(libraries=["/home/me"], environ={}, course="/home/me/course")
+        sandbox.sandbox_command(["python"], devices=devices, **where, **course)
 
 
 def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
@@ -1014,30 +780,21 @@ def test_a_graded_cell_fails_by_raising_never_by_its_stderr():
 
     def cell(*outputs, graded=True):
         made = new_code_cell("assert double(2) == 4", outputs=list(outputs))
-        made.metadata.nbgrader = {
-            "grade": graded,
-            "solution": False,
-            "grade_id": "test_double",
-            "points": 1,
-        }
+        grading = {"grade": graded, "solution": False, "grade_id": "test_double", "points": 1}
+        made.metadata.nbgrader = grading
         return made
 
     warning = new_output("stream", name="stderr", text="falling back to the slow kernel\n")
     right = cell(new_output("stream", name="stdout", text="checked\n"), warning)
     assert has_failed(right), "nbgrader alone zeroes it"
-    assert (
-        not has_failed(cells.stderr_kept_visible(right))
-        and right.outputs[1].text == "falling back to the slow kernel\n"
-    )
-    wrong = cell(
-        new_output("stream", name="stderr", text="warn\n"),
-        new_output("error", ename="AssertionError", evalue="", traceback=[]),
-    )
+    assert not has_failed(cells.stderr_kept_visible(right))
+    assert right.outputs[1].text == "falling back to the slow kernel\n"
+    error = new_output("error", ename="AssertionError", evalue="", traceback=[])
+    wrong = cell(new_output("stream", name="stderr", text="warn\n"), error)
     assert has_failed(cells.stderr_kept_visible(wrong)) and wrong.outputs[0].name == "stderr"
     ungraded = cell(new_output("stream", name="stderr", text="a log line\n"), graded=False)
-    assert cells.stderr_kept_visible(ungraded).outputs[0].name == "stderr", (
-        "only graded cells are changed"
-    )
+    kept = cells.stderr_kept_visible(ungraded).outputs[0].name
+    assert kept == "stderr", "only graded cells are changed"
 
 
 @pytest.mark.slow
@@ -1056,35 +813,26 @@ def test_a_right_answer_that_warns_keeps_its_points_and_its_warning_shows(tmp_pa
         "    warnings.warn('this call is deprecated in a library', UserWarning)\n"
         "    return {body}\n"
     )
-    answers = {
-        "double": warns.format(name="double", body="2 * x"),  # right
-        "square": warns.format(name="square", body="x**3"),  # wrong
-        "negate": "def negate(x):\n    return -x",
-    }
+    answers = {"double": warns.format(name="double", body="2 * x")}  # right
+    answers["square"] = warns.format(name="square", body="x**3")  # wrong
+    answers["negate"] = "def negate(x):\n    return -x"
     ck.submit_as(course, "warns", ASSIGNMENT, NAME, ck.submission_from(student, answers))
     result = ck.nbgrader(course, "autograde", ASSIGNMENT, "--force", check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     score = {g: v for g, (v, _, _) in ck.scores_of(course, ASSIGNMENT, NAME, "warns").items()}
-    assert score == {"test_double": 1, "test_square": 0, "test_negate": 1}, (
-        "the warning costs nothing; a wrong answer that warns still fails"
-    )
+    wanted = {"test_double": 1, "test_square": 0, "test_negate": 1}
+    assert score == wanted, "the warning costs nothing; a wrong answer that warns still fails"
     graded = ck.read(course / "autograded" / "warns" / ASSIGNMENT / NAME)
-    (test,) = [
-        c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double"
-    ]
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells]
+    (test,) = [c for c, i in zip(graded.cells, ids, strict=True) if i == "test_double"]
     shown = "".join(o.get("text", "") for o in test.outputs if o.get("name") == "stdout")
-    assert (
-        "falling back to the slow kernel" in shown
-        and "UserWarning: this call is deprecated" in shown
-    ), test.outputs
-    validated = ck.nbgrader(
-        course, "validate", str(course / "submitted" / "warns" / ASSIGNMENT / NAME), check=False
-    )
+    assert "falling back to the slow kernel" in shown, test.outputs
+    assert "UserWarning: this call is deprecated" in shown, test.outputs
+    submitted = str(course / "submitted" / "warns" / ASSIGNMENT / NAME)
+    validated = ck.nbgrader(course, "validate", submitted, check=False)
     failed = validated.stdout.split("The following cell failed:")
-    assert "VALIDATION FAILED ON 1 CELL(S)!" in validated.stdout and len(failed) == 2, (
-        validated.stdout
-    )
-    assert "square(" in failed[1] and "double(" not in failed[1], (
-        "the Validate button agrees with autograde: the wrong answer fails, the one that warns "
-        f"passes:\n{validated.stdout}"
+    assert "VALIDATION FAILED ON 1 CELL(S)!" in validated.stdout, validated.stdout
+    agree = "the Validate button agrees with autograde: the wrong fails, the one that warns passes"
+    assert len(failed) == 2 and "square(" in failed[1] and "double(" not in failed[1], (
+        f"{agree}:\n{validated.stdout}"
     )

@@ -21,7 +21,7 @@ def test_a_claim_checks_on_cuda_says_one_sentence_elsewhere_records_and_raises_i
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
     amp = dict(at_least=1.3, unit="x", source="PyTorch's AMP recipe")
 
-    # On the CPU: one sentence saying what a GPU run checks, nothing checked, nothing recorded.
+    # On the CPU: one sentence saying what a GPU run checks, nothing checked, recorded as unchecked.
     assert claims.claim("AMP trains faster than fp32", 0.9, device="cpu", **amp) is None
     assert claims.needs("two GPUs for NCCL", False, device="cpu") is False
     cpu = capsys.readouterr().out
@@ -29,7 +29,8 @@ def test_a_claim_checks_on_cuda_says_one_sentence_elsewhere_records_and_raises_i
         "On a CUDA GPU this checks: AMP trains faster than fp32"
     )
     assert "at least 1.3x" in cpu and "here on cpu it is 0.9x, not checked" in cpu
-    assert not record.exists()
+    assert [json.loads(line)["checked"] for line in record.read_text().splitlines()] == [False] * 2
+    record.unlink()  # the CUDA records below start a fresh file
 
     # On CUDA (faked: only the device's string matters): checked, printed, one JSON line each.
     assert (
@@ -77,6 +78,54 @@ def test_a_claim_checks_on_cuda_says_one_sentence_elsewhere_records_and_raises_i
     assert claims.claim("within bounds", 0.5, device="cuda:0", at_least=0.1, at_most=0.9) is True
     with pytest.raises(ValueError, match="needs a bound"):
         claims.claim("no bound", 1.0, device="cuda:0")
+
+
+def test_off_cuda_a_claim_is_recorded_unchecked_with_its_value_on_cuda_as_passed_or_failed(
+    tmp_path, monkeypatch, capsys
+):
+    """With GPUCOURSE_CLAIMS set (the GPU runner, a CPU rehearsal of it) a claim or precondition on
+    a CPU is recorded with "checked": false and what was measured, never as a pass or a failure;
+    on CUDA a claim passed or failed, and its record has no "checked" key."""
+    record = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")  # strict: still nothing raises off CUDA
+    amp = dict(at_least=1.3, unit="x", source="PyTorch's AMP recipe")
+    assert claims.claim("AMP trains faster", np.float32(0.5), device="cpu", **amp) is None
+    assert claims.needs("two GPUs for NCCL", False, device="cpu", why="no GPU") is False
+    out = capsys.readouterr().out  # printed as before: one sentence, no "not validated"
+    assert out == (
+        "On a CUDA GPU this checks: AMP trains faster"
+        " (at least 1.3x; here on cpu it is 0.5x, not checked).\n"
+    )
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU")
+    assert claims.claim("AMP trains faster", 2.0, device="cuda:0", **amp) is True
+    assert claims.claim("AMP trains faster", 1.1, device="cuda:1", **amp) is False
+    assert claims.needs("two GPUs for NCCL", True, device="cuda:0") is True
+
+    cpu, precondition, passed, failed, met = map(json.loads, record.read_text().splitlines())
+    assert cpu == {
+        "kind": "claim",
+        "claim": "AMP trains faster",
+        "measured": 0.5,
+        "bound": "at least 1.3x",
+        "unit": "x",
+        "passed": None,
+        "checked": False,
+        "device": "cpu",
+        "source": "PyTorch's AMP recipe",
+    }
+    assert precondition == {
+        "kind": "precondition",
+        "what": "two GPUs for NCCL",
+        "met": False,
+        "why": "no GPU",
+        "checked": False,
+        "device": "cpu",
+    }
+    unchecked = {k: v for k, v in cpu.items() if k != "checked"}
+    assert passed == {**unchecked, "measured": 2.0, "passed": True, "device": "cuda:0"}
+    assert failed == {**unchecked, "measured": 1.1, "passed": False, "device": "cuda:1"}
+    assert "checked" not in met and met["met"] is True
 
 
 def test_deferred_strict_mode_prints_and_records_a_failed_claim_and_goes_on(

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from .runs import cell_parts, code_cells
+from .steps import cell_parts, code_cells
 
 
 def _python(code: str) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .runs import ROOT
+from .steps import ROOT
 from .wheels import download_commands, have_names, prune, size_mib
 
 KIT_LIMIT_MIB = 48

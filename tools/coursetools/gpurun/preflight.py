@@ -1,11 +1,18 @@
-"""What the machine must have before a lesson runs, said as the machine's problem with its fix.
+"""What the machine must have, or lacks, said as the machine's with its fix, never as a lesson's.
 
-Standard library only: the Makefile runs the quick check before anything is installed.
+The quick check is the standard library only (the Makefile and the kit run it before anything is
+installed). Each problem or gap: {"code", "problem", "fix", "kind", "part", "needles" (a lesson's
+code that uses it), "symptoms" (a regex for the failures it explains)}. A problem (a small
+/dev/shm, a broken torchvision) makes a failure it explains inconclusive; a gap (a library the
+machine lacks: DALI, TensorFlow, RAPIDS, a compiler, a second GPU) leaves the part that needs it
+"not validated", in the lessons and in grading alike.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -15,38 +22,24 @@ import sysconfig
 from pathlib import Path
 
 CPU_ADVICE = (
-    "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` explains what "
-    "it sees."
+    "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` says why."
 )
-SHM_NEEDED_MIB = (
-    1024  # lesson 09's decode workers: 8 workers x prefetch 2 x 12.6 MB batches, with room to spare
-)
-# What a lesson's code says when it needs the part of the machine a check looks at (notebook_uses in
-# runs.py).
-TORCHVISION_NEEDLES = ("torchvision", "jpeg_dataset(")
-LOADER_NEEDLES = ("num_workers",)
-NVML_LIBRARIES = (
-    ["nvml.dll"] if sys.platform == "win32" else ["libnvidia-ml.so.1", "libnvidia-ml.so"]
-)
-
-
-def _nvml_library():
-    """(the NVML library through ctypes, "") or (None, why it cannot be loaded)."""
-    error = ""
-    for name in NVML_LIBRARIES:
-        try:
-            return ctypes.CDLL(name), ""
-        except OSError as exc:
-            error = error or str(exc)
-    return None, f"the NVIDIA driver's management library cannot be loaded ({error})"
+SHM_NEEDED_MIB = 1024  # lesson 09's decode workers: 8 workers x prefetch 2 x 12.6 MB batches
+NVML = ["nvml.dll"] if sys.platform == "win32" else ["libnvidia-ml.so.1", "libnvidia-ml.so"]
 
 
 def nvml_gpus() -> tuple[int | None, str]:
-    """(number of GPUs the NVIDIA driver lists, "") or (None, why not), through NVML with ctypes
-    only."""
-    lib, error = _nvml_library()
+    """(the number of GPUs the NVIDIA driver lists, "") or (None, why not), through NVML with
+    ctypes: nvidia-ml-py is not installed yet when this runs."""
+    lib, error = None, ""
+    for name in NVML:
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError as exc:
+            error = error or str(exc)
     if lib is None:
-        return None, error
+        return None, f"the NVIDIA driver's management library cannot be loaded ({error})"
     status = (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)()
     if status != 0:
         return None, f"the NVIDIA driver does not start (nvmlInit returned error {status})"
@@ -55,9 +48,7 @@ def nvml_gpus() -> tuple[int | None, str]:
         status = lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
     finally:
         lib.nvmlShutdown()
-    return (
-        (count.value, "") if status == 0 else (None, f"nvmlDeviceGetCount returned error {status}")
-    )
+    return (count.value, "") if status == 0 else (None, f"nvmlDeviceGetCount: error {status}")
 
 
 def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
@@ -66,53 +57,39 @@ def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
     if visible is not None and visible.strip() in {"", "-1"}:
         return (
             f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from CUDA",
-            "unset it (`unset CUDA_VISIBLE_DEVICES`) or name the GPU to test, e.g. "
-            "CUDA_VISIBLE_DEVICES=0",
+            "unset it (`unset CUDA_VISIBLE_DEVICES`) or name the GPU, e.g. CUDA_VISIBLE_DEVICES=0",
         )
     count, error = nvml()
     if count is None:
         return (
             f"no NVIDIA driver: {error}",
-            "run `make test-gpu` on a machine with an NVIDIA GPU and its driver "
-            "(`nvidia-smi` must list the card)",
+            "run it on a machine with an NVIDIA GPU and its driver (`nvidia-smi` lists the card)",
         )
     if count == 0:
-        return (
-            "the NVIDIA driver is loaded but lists no GPU",
-            "check `nvidia-smi`, then run this again",
-        )
+        return "the NVIDIA driver is loaded but lists no GPU", "check `nvidia-smi`, then run again"
     return None
 
 
 def cuda_problem(report: dict, python: str = sys.executable) -> tuple[str, str] | None:
-    """(why, what to do) when PyTorch cannot use CUDA, from ``python -m gpucourse doctor --json``'s
-    report."""
+    """(why, what to do) when PyTorch cannot use CUDA, from `gpucourse doctor --json`'s report."""
     torch_ = (report.get("facts") or {}).get("torch") or {}
     if not torch_.get("installed"):
         return (
             f"PyTorch is not installed for {python}",
-            "`make test-gpu` sets up .venv with the course environment; or install torch into "
-            "this Python",
+            "`make test-gpu` sets up .venv; or name a Python that has a CUDA PyTorch (PYTHON=)",
         )
     if torch_.get("error"):
-        return (
-            f"PyTorch fails to import: {torch_['error']}",
-            "reinstall it; `python -m gpucourse doctor` has details",
-        )
+        return f"PyTorch fails to import: {torch_['error']}", "reinstall it; see the doctor"
     if not torch_.get("cuda"):
         return (
             f"PyTorch {torch_.get('version')} is a CPU-only build",
-            "install a CUDA build of PyTorch (the command at "
-            "https://pytorch.org/get-started/locally/)",
+            "install a CUDA build (the command at https://pytorch.org/get-started/locally/)",
         )
     if not torch_.get("cuda_available"):
         errors = [f for f in report.get("findings") or [] if f.get("level") == "error"]
         if errors:
             return errors[0]["problem"], errors[0].get("fix") or "see `python -m gpucourse doctor`"
-        return (
-            "PyTorch sees no CUDA device (torch.cuda.is_available() is False)",
-            "see `python -m gpucourse doctor`",
-        )
+        return "PyTorch sees no CUDA device", "see `python -m gpucourse doctor`"
     return None
 
 
@@ -124,84 +101,59 @@ def stop_message(problem: tuple[str, str]) -> str:
     )
 
 
-# ---- the machine's problems: each {"code", "problem", "fix", "needles"} (the lessons whose code
-# holds a needle)
-VISION_PROBE = (
-    "import json, torch\nfacts = {'torch': torch.__version__, 'cuda': torch.version.cuda}\n"
-    "try:\n    import torchvision\n    from torchvision.extension import _check_cuda_version\n"
-    "    facts.update(torchvision=torchvision.__version__, vision_cuda=_check_cuda_version())\n"
-    "except Exception as exc:\n    facts['error'] = f'{type(exc).__name__}: "
-    "{exc}'\nprint(json.dumps(facts))\n"
-)
+VISION_PROBE = """import json, torch
+facts = {'torch': torch.__version__, 'cuda': torch.version.cuda}
+try:
+    import torchvision
+    from torchvision.extension import _check_cuda_version
+    facts.update(torchvision=torchvision.__version__, vision_cuda=_check_cuda_version())
+except Exception as exc:
+    facts['error'] = f'{type(exc).__name__}: {exc}'
+print(json.dumps(facts))"""
 
 
 def probe_torchvision(python: str = sys.executable) -> dict:
-    """torch's and torchvision's versions and CUDA builds, or the error importing them, from
-    ``python``."""
+    """torch's and torchvision's versions and CUDA builds, or the error, from ``python``."""
     try:
-        done = subprocess.run(
-            [python, "-c", VISION_PROBE], capture_output=True, text=True, timeout=300
-        )
+        done = subprocess.run([python, "-c", VISION_PROBE], capture_output=True, text=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+    except (OSError, json.JSONDecodeError, IndexError) as exc:
         return {"error": f"the probe did not run: {type(exc).__name__}: {exc}"}
 
 
 def torchvision_problem(facts: dict) -> dict | None:
-    """torchvision missing, failing, or built for another CUDA than torch (probe_torchvision's
-    facts)."""
     if "torch" not in facts:
         return None  # no PyTorch: cuda_problem says so
     fix = (
         f"install the torchvision built with torch {facts['torch']} (the same CUDA; "
         "https://pytorch.org/get-started/previous-versions/ pairs them)"
     )
-    if facts.get("error"):
-        return {
-            "code": "torchvision",
-            "problem": f"torchvision cannot be used: {facts['error']}",
-            "fix": fix,
-        }
+    problem = facts.get("error") and f"torchvision cannot be used: {facts['error']}"
     built = facts.get("vision_cuda")
-    if facts.get("cuda") and isinstance(built, int) and built <= 0:
-        vision, cuda = facts["torchvision"], facts["cuda"]
-        why = f"torchvision {vision} has no CUDA kernels beside torch's CUDA {cuda}"
-        return {"code": "torchvision", "problem": why, "fix": fix}
-    return None
+    if not problem and facts.get("cuda") and isinstance(built, int) and built <= 0:
+        problem = (
+            f"torchvision {facts['torchvision']} has no CUDA kernels beside CUDA {facts['cuda']}"
+        )
+    return {"code": "torchvision", "problem": problem, "fix": fix} if problem else None
 
 
 def shm_problem(path: str = "/dev/shm", needed_mib: int = SHM_NEEDED_MIB) -> dict | None:
     """A /dev/shm smaller than the loader lessons' worker batches need (Docker gives 64 MB)."""
+    fix = "give the container more shared memory (`docker run --shm-size=2g`, or `--ipc=host`)"
     try:
         stat = os.statvfs(path)
     except OSError:
-        return (
-            None
-            if sys.platform != "linux"
-            else {
-                "code": "shm",
-                "problem": f"{path} does not exist: DataLoader workers pass batches through it",
-                "fix": "mount a tmpfs there (`docker run --shm-size=2g`, or `--ipc=host`)",
-            }
-        )
+        gone = f"{path} does not exist: DataLoader workers pass batches through it"
+        return {"code": "shm", "problem": gone, "fix": fix} if sys.platform == "linux" else None
     size_mib = stat.f_frsize * stat.f_blocks / 2**20
     if size_mib >= needed_mib:
         return None
-    return {
-        "code": "shm",
-        "problem": f"{path} holds {size_mib:.0f} MiB; DataLoader workers need about "
-        f"{needed_mib} MiB "
-        "(a bus error kills them)",
-        "fix": "give the container more shared memory (`docker run --shm-size=2g`, or "
-        "`--ipc=host`)",
-    }
+    why = f"{path} holds {size_mib:.0f} MiB; DataLoader workers need about {needed_mib} MiB"
+    return {"code": "shm", "problem": why + " (a bus error kills them)", "fix": fix}
 
 
-def managed_problem(
-    stdlib: str | None = None, prefix: str = sys.prefix, base: str = sys.base_prefix
-):
-    """A Python whose environment pip may not install into (PEP 668 "externally managed"), outside a
-    venv."""
+def managed_problem(stdlib: str | None = None, prefix=sys.prefix, base=sys.base_prefix):
+    """A Python pip may not install into (PEP 668 "externally managed"), outside a venv."""
     marker = Path(stdlib or sysconfig.get_paths()["stdlib"]) / "EXTERNALLY-MANAGED"
     if prefix != base or not marker.exists():
         return None
@@ -210,31 +162,23 @@ def managed_problem(
         "problem": f"{sys.executable}'s environment is externally managed (PEP 668): pip may not "
         "add to it",
         "fix": "run from a venv layered on it: `python3 -m venv --system-site-packages "
-        "--without-pip "
-        ".gpu-env`, then PYTHON=.gpu-env/bin/python (the GPU kit's command does this)",
+        "--without-pip .gpu-env`, then PYTHON=.gpu-env/bin/python (the GPU kit does this)",
     }
 
 
 def compiler_problem(environ=os.environ, which=shutil.which, include: str | None = None):
-    """No C compiler or no Python.h: torch.compile's Inductor and Triton build their launchers with
-    them."""
-    compiler = next(
-        (which(c) for c in (environ.get("CC"), "gcc", "clang", "cc") if c and which(c)), None
-    )
+    """No C compiler or no Python.h: Inductor and Triton build their launchers with them (Triton
+    reads $CC, then gcc, clang, cc)."""
+    compiler = next((c for c in (environ.get("CC"), "gcc", "clang", "cc") if c and which(c)), None)
     headers = (Path(include or sysconfig.get_paths()["include"]) / "Python.h").exists()
-    missing = [
-        w
-        for w, ok in (("C compiler ($CC, gcc or clang)", compiler), ("Python.h", headers))
-        if not ok
-    ]
+    found = (("C compiler ($CC, gcc or clang)", compiler), ("Python.h", headers))
+    missing = [what for what, ok in found if not ok]
     if not missing:
         return None
     return {
         "code": "compiler",
-        "problem": f"no {' and no '.join(missing)}: torch.compile cannot build its kernels' "
-        "launchers",
-        "fix": "install them (`apt-get install build-essential python3-dev`, or your "
-        "distribution's)",
+        "problem": f"no {' and no '.join(missing)}: torch.compile cannot build its launchers",
+        "fix": "install them (`apt-get install build-essential python3-dev`, or your system's)",
     }
 
 
@@ -244,22 +188,60 @@ def machine_problems(vision: dict | None = None, **checks) -> list[dict]:
         torchvision_problem(probe_torchvision() if vision is None else vision),
         checks.get("shm", shm_problem)(),
         checks.get("managed", managed_problem)(),
-        checks.get("compiler", compiler_problem)(),
     ]
-    return [{**p, **APPLIES[p["code"]]} for p in found if p]
+    return [{**p, "kind": "problem", "part": "PyTorch", **APPLIES[p["code"]]} for p in found if p]
 
 
-# Which lessons a problem touches (their code holds a needle) and the failures it explains (a
-# regex).
-APPLIES = {
-    "torchvision": {"needles": list(TORCHVISION_NEEDLES), "symptoms": r"torchvision"},
-    "shm": {
-        "needles": list(LOADER_NEEDLES),
-        "symptoms": r"Bus error|shared memory|/dev/shm|DataLoader worker",
-    },
+APPLIES = {  # a problem's lessons (their code holds a needle) and the failures it explains
+    "torchvision": {"needles": ["torchvision", "jpeg_dataset("], "symptoms": r"torchvision"},
+    "shm": {"needles": ["num_workers"], "symptoms": r"Bus error|shared memory|/dev/shm|worker"},
     "externally-managed": {"needles": [], "symptoms": r"externally.managed"},
-    "compiler": {
-        "needles": ["torch.compile("],
-        "symptoms": r"Python\.h|compiler|gcc|InductorError",
-    },
 }
+# A library or part of the machine a lesson's GPU path needs: (its part of the lesson, the code that
+# uses it, the failures its absence explains). Lesson 05's test cells say "DALI is not installed".
+GAPS = {
+    "TensorFlow": ("TensorFlow", ["import_tensorflow(", "import tensorflow"], r"tensorflow"),
+    "DALI": ("DALI", ["import_dali(", "nvidia.dali"], r"DALI is not installed|nvidia\.dali"),
+    "DALI's TensorFlow plugin": ("TensorFlow", ["import_dali_tf("], r"plugin\.tf"),
+    "RAPIDS": ("PyTorch", ["cudf", "cuml"], r"No module named '(cudf|cuml)"),
+    "a C compiler": ("PyTorch", ["torch.compile("], r"Python\.h|compiler|gcc|InductorError"),
+    "two GPUs": ("PyTorch", ["DistributedDataParallel", "torchrun", "MirroredStrategy"], r"$^"),
+}
+FRAMEWORK_CODES = {"framework_missing", "framework_import_error", "tf_cpu_only_build"}
+FRAMEWORK_CODES |= {"tf_without_cuda", "tf_on_native_windows"}
+
+
+def machine_gaps(doctor: dict, local: dict) -> list[dict]:
+    """What this machine lacks, from the doctor's finding codes (TensorFlow, DALI) and ``local``
+    facts (local_facts): each a gap, with the reason."""
+    why: dict[str, str] = {}
+    for f in doctor.get("findings") or []:
+        for name in ("TensorFlow", "DALI"):
+            if f.get("code") in FRAMEWORK_CODES and f.get("problem", "").startswith(name):
+                why.setdefault(name, f["problem"].rstrip("."))
+    if not local.get("dali_tf_plugin"):
+        why["DALI's TensorFlow plugin"] = "not installed (it compiles against TensorFlow)"
+    if not local.get("rapids"):
+        why["RAPIDS"] = "cuDF and cuML are not installed (Colab's GPU runtime has them)"
+    if local.get("compiler"):
+        why["a C compiler"] = local["compiler"]
+    gpus = len(((doctor.get("facts") or {}).get("torch") or {}).get("devices") or [])
+    if gpus < 2:
+        why["two GPUs"] = f"{gpus} GPU visible: NCCL, DDP and DataParallel across GPUs did not run"
+    fix = "a GPU run on a machine that has it (docs/gpu-runner.md)"
+    return [
+        {"code": n, "problem": f"{n}: {w}", "fix": fix, "kind": "gap", "part": GAPS[n][0]}
+        | {"needles": GAPS[n][1], "symptoms": GAPS[n][2]}
+        for n, w in why.items()
+    ]
+
+
+def local_facts() -> dict:
+    """What the doctor does not report: the compiler's problem, DALI's plugin, RAPIDS."""
+    compiler = compiler_problem()
+    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+    return {
+        "compiler": compiler and compiler["problem"],
+        "dali_tf_plugin": any(n.startswith("nvidia-dali-tf-plugin") for n in names),
+        "rapids": importlib.util.find_spec("cudf") is not None,
+    }

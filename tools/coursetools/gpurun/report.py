@@ -1,23 +1,23 @@
-"""The report as plain data, built from what ran, one small rule at a time. Pure: tested on faked
-runs.
+"""The report as plain data, built from a run's record (run.json, with what its steps left), one
+small rule at a time. Pure: tested on faked runs; `--report-only` rebuilds it from a folder.
 
-A lesson's result is the worst of its parts' (PyTorch, TensorFlow, DALI): failed > timeout > machine
-(its failure is the machine's: a missing package, a small /dev/shm) > inconclusive (a claim failed
-on a busy GPU) > not validated (a part this machine could not exercise, or no GPU at all) > passed.
-A false claim is told apart from a flaky one (it passed when its lesson ran again) and from one
-measured on a busy GPU."""
+A lesson's result is the worst of its parts' (PyTorch, TensorFlow, DALI): failed > timeout >
+machine (a failure the machine's problem explains) > inconclusive (a claim failed on a busy GPU) >
+not validated (a part this machine lacks the library or the GPUs for, or no GPU at all) > passed.
+A false claim is told apart from a flaky one (it passed when its lesson ran again), and a step the
+budget or a stop left out reads "not run" with why, never passed and never failed."""
 
 from __future__ import annotations
 
 import re
 
-from . import catalogue as claims_catalogue
+from . import catalogue
 from .gpustate import busy_reasons
-from .needs import need_status, unmet_needs
-from .runs import NEEDS
 
 ORDER = ["failed", "timeout", "machine", "inconclusive", "not validated", "passed"]
-MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+NO_GPU = "no GPU: a CPU rehearsal"
+# A gap a lesson states itself with claims.needs ("two GPUs", "a C compiler"): said once.
+STATED = {"a C compiler": "compiler", "two GPUs": "gpus", "DALI's TensorFlow plugin": "plugin"}
 
 
 def _claim_line(entry: dict) -> str:
@@ -28,14 +28,21 @@ def _claim_line(entry: dict) -> str:
     return f"{entry.get('claim')}: {value}expected {entry.get('bound')}"
 
 
-def _classify_claims(nb: dict, busy: list[str]) -> list[dict]:
-    """Each claim checked on the GPU, with its verdict: pass, false, flaky (passed when run again),
-    busy."""
-    again = {
-        e.get("claim"): e for e in (nb.get("rerun") or {}).get("claims", []) if e["kind"] == "claim"
-    }
+def explained(message: str, code: str | None, machine: list[dict]) -> dict | None:
+    """The machine's problem or gap a failure's message shows, among those the code uses (None:
+    a grading or gpu test, whose code is the whole course)."""
+    for found in machine:
+        uses = code is None or not found.get("needles") or any(n in code for n in found["needles"])
+        if uses and re.search(found.get("symptoms") or "$^", message or "", flags=re.I):
+            return found
+    return None
+
+
+def _classify_claims(step: dict, rerun: dict | None, busy: list[str]) -> list[dict]:
+    """Each claim checked on the GPU: pass, false, flaky (passed when run again), busy."""
+    again = {e.get("claim"): e for e in (rerun or {}).get("claims", []) if e["kind"] == "claim"}
     out = []
-    for e in nb.get("claims", []):
+    for e in step.get("claims", []):
         if e["kind"] != "claim" or not e.get("checked", True):
             continue
         verdict = "pass" if e.get("passed") else "false"
@@ -48,218 +55,220 @@ def _classify_claims(nb: dict, busy: list[str]) -> list[dict]:
     return out
 
 
-def _machine_cause(nb: dict, bad: list[dict], machine: list[dict]) -> str | None:
-    """The machine's reason for a lesson's failed cells, when there is one: a missing package, a
-    problem the preflight found whose part of the machine the lesson's code uses."""
-    for case in bad:
-        found = MISSING_MODULE.search(case.get("message") or "")
-        if found:
-            return f"the package {found.group(1).split('.')[0]} is missing on this machine"
-    code = nb.get("code", "")
-    for problem in machine:
-        if any(n in code for n in problem.get("needles", [])):
-            if any(re.search(problem.get("symptoms") or "$^", c.get("message") or "") for c in bad):
-                return f"{problem['problem']} (fix: {problem['fix']})"
-    return None
+def _unmet(step: dict, machine: list[dict], rehearsal: bool) -> list[tuple[str, str, str]]:
+    """(part, what, why) of this lesson's GPU path the machine could not exercise: the gaps its
+    code uses, and the preconditions it stated itself (claims.needs), said once."""
+    stated = []
+    for e in step.get("claims", []):
+        if e["kind"] == "precondition" and not e.get("met") and e.get("checked", True):
+            what = e.get("what") or "?"
+            part = next((p for p in ("TensorFlow", "DALI") if p in what), "PyTorch")
+            stated.append((part, what, e.get("why") or "not met on this machine"))
+    said = " ".join(what.lower() for _, what, _ in stated)
+    found = [
+        (g["part"], g["code"], g["problem"].split(": ", 1)[-1])
+        for g in machine
+        if g["kind"] == "gap"
+        and any(n in step.get("code", "") for n in g["needles"])
+        and not (g["code"] in STATED and STATED[g["code"]] in said)
+    ]
+    return found + stated + ([("PyTorch", "the GPU path", NO_GPU)] if rehearsal else [])
 
 
-def lesson_row(nb: dict, status: dict, facts: dict, run: dict) -> dict:
+def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     """One lesson: its parts' results, its claims and verdicts, the claims that did not run."""
-    parts_of_cells = nb.get("parts") or []
-    entries = claims_catalogue_for(nb, run)
-    cases = nb.get("cases", [])
+    machine, code = run.get("machine") or [], step.get("code", "")
+    cells_part = step.get("parts") or []
+    entries = (run.get("catalogue") or {}).get(step["lesson"], [])
+    cases = step.get("cases", [])
     bad = [c for c in cases if c["outcome"] in {"failed", "error"}]
-    claims = _classify_claims(nb, run.get("busy") or [])
-    unchecked = [  # measured on a CPU (a rehearsal); measured None: its measurement did not happen
+    claims = _classify_claims(step, rerun, run.get("busy") or [])
+    unchecked = [
         e
-        for e in nb.get("claims", [])
+        for e in step.get("claims", [])
         if e["kind"] == "claim" and not e.get("checked", True) and e.get("measured") is not None
     ]
-    ran, not_run = claims_catalogue.match(entries, [*claims, *unchecked])
-    unmet = unmet_needs(nb, status, run.get("rehearsal", False))
-    if "claims" in nb.get("uses", []) and entries and not ran and not run.get("rehearsal"):
-        unmet.append(("PyTorch", NEEDS["claims"][1], "none ran on the GPU: no claim was recorded"))
-    machine = _machine_cause(nb, bad, run.get("machine") or [])
+    ran, not_run = catalogue.match(entries, [*claims, *unchecked])
+    unmet = _unmet(step, machine, run.get("rehearsal", False))
+    if entries and not ran and not run.get("rehearsal") and "claims.claim(" in code:
+        unmet.append(("PyTorch", "the lesson's GPU claims", "none ran on the GPU"))
+    causes = {c["name"]: explained(c.get("message", ""), code, machine) for c in bad}
+    for name, cause in causes.items():
+        if cause and cause["kind"] == "gap":
+            part = _part_of_case(name, cells_part)
+            unmet.append((part, cause["code"], f"{name} failed: {cause['problem']}"))
     parts = {}
-    for part in dict.fromkeys(["PyTorch", *parts_of_cells, *(p for p, _, _ in unmet)]):
-        cells = [c for c in bad if _part_of_case(c, parts_of_cells) == part]
-        mine = [c for c in claims if claims_catalogue.part_of(entries, c["claim"]) == part]
-        why = [f"{what} ({reason})" for p, what, reason in unmet if p == part]
+    for part in dict.fromkeys(["PyTorch", *cells_part, *(p for p, _, _ in unmet)]):
+        cells = [c for c in bad if _part_of_case(c["name"], cells_part) == part]
+        problems = [causes[c["name"]] for c in cells]
+        mine = [c for c in claims if catalogue.part_of(entries, c["claim"]) == part]
+        why = list(dict.fromkeys(f"{what} ({reason})" for p, what, reason in unmet if p == part))
         verdicts = {c["verdict"] for c in mine}
-        if cells:
-            result = "machine" if machine else "failed"
-        elif verdicts & {"false", "flaky"}:
+        if any(p is None for p in problems) or verdicts & {"false", "flaky"}:
             result = "failed"
+        elif any(p["kind"] == "problem" for p in problems):
+            result = "machine"
         elif "busy" in verdicts:
             result = "inconclusive"
         else:
             result = "not validated" if why else "passed"
+        passed = sum(c["verdict"] == "pass" for c in mine)
         parts[part] = {
             "result": result,
             "not_validated": why,
             "failed_cells": len(cells),
-            "claims": f"{sum(c['verdict'] == 'pass' for c in mine)}/{len(mine)}",
+            "claims": f"{passed}/{len(mine)}",
         }
     results = [p["result"] for p in parts.values()]
-    if nb.get("timed_out"):
+    if step.get("timed_out"):
         results.append("timeout")
-    if nb.get("returncode") != 0 and not bad and not nb.get("timed_out") or not cases:
+    if step.get("returncode") != 0 and not bad and not step.get("timed_out") or not cases:
         results.append("failed")  # pytest failed outside any cell, or nothing ran
+    problem = next((c for c in causes.values() if c and c["kind"] == "problem"), None)
     return {
-        "notebook": nb["notebook"],
-        "lesson": nb.get("lesson"),
-        "seconds": nb.get("seconds"),
+        "notebook": step["notebook"],
+        "lesson": step["lesson"],
+        "seconds": step.get("seconds"),
         "result": min(results, key=ORDER.index),
         "parts": parts,
         "cells": len(cases),
         "failed_cells": [f"{c['name']}: {c['message']}" for c in bad],
-        "machine_cause": machine,
+        "machine_cause": problem and f"{problem['problem']} (fix: {problem['fix']})",
         "claims": claims,
         "failed_claims": [_claim_line(c) for c in claims if c["verdict"] != "pass"],
         "would_check": [_claim_line(e) for e in unchecked],
         "claims_not_run": [e["text"] for e in not_run],
         "not_validated_on_gpu": [f"{what} ({why})" for _, what, why in unmet],
-        "log": nb.get("log"),
+        "log": step.get("log"),
         "_unmet": [(what, why) for _, what, why in unmet],
     }
 
 
-def claims_catalogue_for(nb: dict, run: dict) -> list[dict]:
-    return (run.get("catalogue") or {}).get(nb.get("lesson") or "", [])
-
-
-def _part_of_case(case: dict, parts: list[str]) -> str:
-    found = re.fullmatch(r"Cell (\d+)", case.get("name", ""))
+def _part_of_case(name: str, parts: list[str]) -> str:
+    found = re.fullmatch(r"Cell (\d+)", name)
     index = int(found.group(1)) if found else -1
     return parts[index] if 0 <= index < len(parts) else "PyTorch"
 
 
-def pytest_part(result: dict | None, label: str, not_validated: list[dict]) -> dict | None:
-    """A pytest run's summary (gpu tests, grading); a skipped test is not validated on the GPU."""
-    if result is None:
-        return None
-    cases = result.get("cases", [])
-    failed = [f"{c['id']}: {c['message']}" for c in cases if c["outcome"] in {"failed", "error"}]
-    skipped = [c for c in cases if c["outcome"] == "skipped"]
-    passed = sum(c["outcome"] == "passed" for c in cases)
-    ok = result.get("returncode") == 0 and not result.get("timed_out") and passed > 0
-    if result.get("timed_out"):
+def pytest_part(step: dict, label: str, machine: list[dict], not_validated: list[dict]) -> dict:
+    """A pytest run's summary (the gpu tests, a lesson's grading): a skipped test, a part a grading
+    test says it could not judge here, and a failure the machine explains are not validated."""
+    cases = step.get("cases", [])
+    failed, machines = [], []
+    for c in cases:
+        for item in c.get("not_validated") or []:
+            not_validated.append({"what": f"{label}: {item}", "why": "this machine", "where": []})
+        if c["outcome"] == "skipped":
+            not_validated.append({"what": f"{label}: {c['id']}", "why": c["message"], "where": []})
+        if c["outcome"] in {"failed", "error"}:
+            cause = explained(c["message"], None, machine)
+            line = f"{c['id']}: {c['message']}"
+            (machines if cause else failed).append(line)
+            if cause:
+                why = f"the machine's: {cause['problem']}"
+                not_validated.append({"what": f"{label}: {c['id']}", "why": why, "where": []})
+    if step.get("timed_out"):
         failed.append(f"the {label} timed out")
     elif not cases:
-        failed.append(f"no {label} ran (pytest exit status {result.get('returncode')})")
-    for c in skipped:
-        not_validated.append(
-            {"what": f"{label}: {c['id']}", "why": f"skipped: {c['message']}", "where": []}
-        )
+        failed.append(f"no {label} ran (pytest exit status {step.get('returncode')})")
+    passed = sum(c["outcome"] == "passed" for c in cases)
     return {
-        "result": "passed" if ok and not failed else "failed",
+        "result": "failed" if failed else "not validated" if machines else "passed",
         "passed": passed,
         "failed": failed,
-        "skipped": [f"{c['id']}: {c['message']}" for c in skipped],
-        "seconds": result.get("seconds"),
-        "cases": [{k: c[k] for k in ("name", "outcome", "seconds", "message")} for c in cases],
-        "log": result.get("log"),
+        "machine": machines,
+        "skipped": [f"{c['id']}: {c['message']}" for c in cases if c["outcome"] == "skipped"],
+        "seconds": step.get("seconds"),
+        "log": step.get("log"),
     }
 
 
-def skipped_parts(rows: list[dict], run: dict, gpu_tests, grading) -> list[str]:
-    """What was not run at all: lessons left out of a subset, grading, the gpu tests."""
-    skipped = []
-    ran = {row["lesson"] for row in rows}
-    left_out = [name for name in run.get("all_lessons") or [] if name not in ran]
-    if left_out:
-        skipped.append(
-            f"{len(left_out)} of {len(run['all_lessons'])} lessons not run ({', '.join(left_out)})"
-        )
-    if grading is None:
-        skipped.append(
-            f"grading on the GPU not run ({run.get('grading_skipped') or 'not asked for'})"
-        )
-    if gpu_tests is None:
-        skipped.append(f"gpu tests not run ({run.get('gpu_tests_skipped') or 'not asked for'})")
-    return skipped
+def not_run(step: dict) -> str | None:
+    """Why a step did not run, or did not finish; None when it finished."""
+    if step["state"] == "left out":
+        return step["why"]
+    if step["state"] == "planned":
+        return "not run: out of time (the run stopped before it)"
+    if step["state"] == "running" or step.get("out_of_time"):
+        return "not finished: out of time (the run stopped during it)"
+    return None
 
 
-def problems_of(rows: list[dict], facts: dict, parts: dict, bench: dict | None) -> list[str]:
+def build_report(run: dict) -> dict:
+    """The report from a run's record: ``run["steps"]`` (each with its cases, claims, code and
+    parts loaded), facts, versions, machine (problems and gaps), GPU states, catalogue."""
+    from .render import environment
+
+    run = dict(run)
+    run["busy"] = busy_reasons(run.get("gpu_before")) + [
+        r for r in busy_reasons(run.get("gpu_after"), "after the run") if "MIG" not in r
+    ]
+    steps, rows, graded, skipped, not_validated = run.get("steps") or [], [], {}, [], []
+    unvalidated: dict[tuple[str, str], list[str]] = {}
+    gpu_tests = bench = None
+    for step in steps:
+        why = not_run(step)
+        if why:
+            skipped.append(f"{step['id']}: {why}")
+        elif step["kind"] == "lesson":
+            rerun = next((s for s in steps if s["id"] == f"rerun {step['lesson']}"), None)
+            rows.append(lesson_row(step, rerun if rerun and not not_run(rerun) else None, run))
+            for key in rows[-1].pop("_unmet"):
+                unvalidated.setdefault(key, []).append(step["notebook"])
+        elif step["kind"] == "grading":
+            label = f"grading {step['lesson'] or 'the small assignment'}"
+            graded[label] = pytest_part(step, label, run.get("machine") or [], not_validated)
+        elif step["kind"] == "gpu tests":
+            gpu_tests = pytest_part(step, "gpu tests", run.get("machine") or [], not_validated)
+        elif step["kind"] == "bench":
+            bench = step.get("card")
+    asked = {s["lesson"] for s in steps if s["kind"] == "lesson"}
+    left = [name for name in run.get("all_lessons") or [] if name not in asked]
+    if left:
+        total = len(run["all_lessons"])
+        skipped.insert(
+            0, f"{len(left)} of {total} lessons not run (not asked for): {', '.join(left)}"
+        )
+    not_validated[:0] = [{"what": w, "why": y, "where": n} for (w, y), n in unvalidated.items()]
     problems = []
     for row in rows:
         if row["result"] in {"failed", "timeout"}:
             false = [c for c in row["claims"] if c["verdict"] in {"false", "flaky"}]
             why = f" (claim {false[0]['verdict']}: {_claim_line(false[0])})" if false else ""
             problems.append(f"{row['notebook']}: {row['result']}{why}")
-    tf = facts.get("tensorflow") or {}
-    if (
-        facts.get("course_set") == "gpu"
-        and tf.get("installed")
-        and not tf.get("error")
-        and not tf.get("gpus")
-    ):
-        problems.append(
-            "TensorFlow sees no GPU, though the GPU set installs its CUDA libraries: "
-            "`python -m gpucourse doctor`"
-        )
-    problems += [
-        f"{label}: failed" for label, part in parts.items() if part and part["result"] != "passed"
-    ]
-    if bench is not None and "error" in bench:
+    parts = {**graded, "gpu tests": gpu_tests}
+    problems += [f"{k}: failed" for k, p in parts.items() if p and p["result"] == "failed"]
+    if bench and "error" in bench:
         problems.append(f"bench: {bench['error'][-300:]}")
-    return problems
-
-
-def build_report(
-    facts: dict,
-    notebooks: list[dict],
-    gpu_tests: dict | None,
-    bench: dict | None,
-    versions: dict | None = None,
-    grading: dict | None = None,
-    run: dict | None = None,
-) -> dict:
-    """The report from the runs' results. ``notebooks``: runs.run_lesson's results (a "rerun" of the
-    lesson where a claim failed); ``gpu_tests``, ``grading``: run_pytest's results, None when not
-    run; ``run``: what was asked and seen: all_lessons, catalogue, machine (preflight problems),
-    gpu_before/gpu_after, rehearsal, grading_skipped, gpu_tests_skipped."""
-    from .render import environment
-
-    run = dict(run or {})
-    run["busy"] = busy_reasons(run.get("gpu_before")) + [
-        f"after the run: {r}" for r in busy_reasons(run.get("gpu_after")) if "MIG" not in r
-    ]
-    status = need_status(facts)
-    rows = [lesson_row(nb, status, facts, run) for nb in notebooks]
-    unvalidated: dict[tuple[str, str], list[str]] = {}
-    for row in rows:
-        for key in row.pop("_unmet"):
-            unvalidated.setdefault(key, []).append(row["notebook"])
-    not_validated = [{"what": w, "why": y, "where": where} for (w, y), where in unvalidated.items()]
-    parts = {
-        "gpu tests": pytest_part(gpu_tests, "gpu test", not_validated),
-        "grading on the GPU": pytest_part(grading, "grading on the GPU", not_validated),
-    }
-    problems = problems_of(rows, facts, parts, bench)
-    skipped = skipped_parts(rows, run, gpu_tests, grading)
     results = {row["result"] for row in rows}
     if problems:
-        overall = "failed"
+        status = "failed"
     elif results & {"machine", "inconclusive"}:
-        overall = "inconclusive"
+        status = "inconclusive"
     elif run.get("rehearsal"):
-        overall = "rehearsal"
+        status = "rehearsal"
     else:
-        overall = "partial" if not_validated or skipped else "passed"
+        status = "partial" if not_validated or skipped else "passed"
+    done = sum(not not_run(s) for s in steps)
     return {
-        "status": overall,
+        "status": status,
         "problems": problems,
         "skipped": skipped,
+        "progress": f"{done} of {len(steps)} steps finished"
+        + (f"; {run['stopped']}" if run.get("stopped") else ""),
+        "budget": run.get("budget"),
         "busy": run["busy"],
         "machine": run.get("machine") or [],
-        "environment": environment(facts, versions or {}),
+        "environment": environment(run.get("facts") or {}, run.get("versions") or {}),
         "gpu_before": run.get("gpu_before"),
         "gpu_after": run.get("gpu_after"),
         "notebooks": rows,
-        "gpu_tests": parts["gpu tests"],
-        "grading": parts["grading on the GPU"],
+        "grading": graded,
+        "gpu_tests": gpu_tests,
         "not_validated_on_gpu": not_validated,
         "bench": bench,
+        "steps": [
+            {k: s.get(k) for k in ("id", "state", "seconds", "estimate", "why")} for s in steps
+        ],
         "rehearsal": bool(run.get("rehearsal")),
     }

@@ -1,104 +1,85 @@
 """`make test-gpu`, `make wheelhouse`, `make gpu-kit`: the GPU runner's command line.
 
     python -m coursetools.gpurun                     # check the machine, run all: test-artifacts/
-    python -m coursetools.gpurun 04_mixed_precision  # these lessons (and grading); others: NOT RUN
+    python -m coursetools.gpurun --budget 540 01_verify_gpu 09_make_it_fast  # within 9 minutes
     python -m coursetools.gpurun --preflight         # only the quick check (standard library only)
     python -m coursetools.gpurun --rehearse 01_verify_gpu   # on a CPU: "not validated: no GPU"
+    python -m coursetools.gpurun --report-only DIR   # the report again, from what a run left in DIR
     python -m coursetools.gpurun --setup [--wheelhouse DIR] # add what the suite lacks, offline
-    python -m coursetools.gpurun --download DIR [--have FREEZE] [--python-version 3.12 --platform P]
     python -m coursetools.gpurun --kit DIR --have FREEZE [--python-version 3.12 --platform P]
 
-Exit status: 0 when everything that ran passed (1 with --require-all if a part was not validated or
-not run), 1 when something failed or could not be judged (the machine's problem, a busy GPU), 2 when
-nothing could run."""
+The work runs in the order of its value: the chosen lessons, their grading, the gpu tests, the
+bench. With --budget, a step whose estimate does not fit in what is left is not started, and one
+that runs past the budget is stopped; the report (gpu-report.md, .json) is rewritten after every
+step, so a run stopped at any moment leaves one that says what ran and what did not, and why.
+Exit status: 0 when everything that ran passed (1 with --require-all if a part was not validated
+or not run), 1 when something failed or could not be judged, 2 when nothing could run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import gpustate, kit, preflight, runs, wheels
+from . import gpustate, kit, preflight, steps, wheels
 
-GRADING = "autograde"  # the gpu tests whose name holds this are the grading run (CUDA_TESTS)
-CUDA_TESTS = "tests/gpu/test_on_cuda.py"
+RESERVE_S = 10  # kept for the last report and the GPU's state after the run
+# A step's seconds, for the budget: a run reads them from its folder's last run.json; else these,
+# the 2-core stand-in's times for lessons 01, 02, 09 and their grading, rounded up (gpu-runner.md).
+ESTIMATES = {"lesson": 60, "grading": 150, "small": 30, "gpu tests": 120, "bench": 60}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "lessons", nargs="*", help="lesson folders to run (default: every one in solutions/)"
-    )
-    p.add_argument(
-        "--preflight", action="store_true", help="only the quick check (standard library only)"
-    )
-    p.add_argument(
-        "--rehearse", action="store_true", help="a CPU rehearsal: no strict mode, no GPU needed"
-    )
-    p.add_argument(
-        "--artifacts", type=Path, default=runs.ROOT / "test-artifacts", help="where the report goes"
-    )
-    p.add_argument(
-        "--timeout", type=float, default=1800, help="seconds per notebook (and the gpu tests)"
-    )
-    p.add_argument(
-        "--grading-timeout", type=float, default=3600, help="seconds for grading every lesson"
-    )
-    p.add_argument("--no-grading", action="store_true", help="skip autograde on the GPU")
-    p.add_argument(
-        "--reruns", type=int, default=1, help="run a lesson again when a claim failed (flaky?)"
-    )
-    p.add_argument(
-        "--require-all", action="store_true", help="fail when a part is not validated or not run"
-    )
-    p.add_argument(
-        "--setup", action="store_true", help="add what the suite needs beside this PyTorch"
-    )
-    p.add_argument("--wheelhouse", help="with --setup: install offline, from this folder of wheels")
-    p.add_argument(
-        "--requirements", type=Path, help="with --setup or --download: these, not the suite's"
-    )
-    p.add_argument(
-        "--download", metavar="DIR", help="gather the suite's wheels in DIR (make wheelhouse)"
-    )
-    p.add_argument(
-        "--kit",
-        metavar="DIR",
-        help="make the GPU kit in DIR: the project and wheels (make gpu-kit)",
-    )
-    p.add_argument(
-        "--have", type=Path, help="with --download or --kit: what the GPU machine has (pip freeze)"
-    )
-    p.add_argument("--python-version", help="with --download or --kit: for this Python, e.g. 3.12")
-    p.add_argument(
-        "--platform", help="with --download or --kit: for this platform, e.g. manylinux_2_28_x86_64"
-    )
+    add = p.add_argument
+    add("lessons", nargs="*", help="lessons to run, most valuable first (default: every one)")
+    add("--preflight", action="store_true", help="only the quick check (standard library only)")
+    add("--rehearse", action="store_true", help="a CPU rehearsal: no strict mode, no GPU needed")
+    add("--artifacts", type=Path, default=steps.ROOT / "test-artifacts", help="the report's folder")
+    add("--budget", type=float, help="seconds for the whole run; what cannot fit is left out")
+    add("--report-only", type=Path, metavar="DIR", help="rebuild the report from what DIR holds")
+    add("--timeout", type=float, default=1800, help="seconds per step at most")
+    add("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="grading runs at once")
+    add("--no-grading", action="store_true", help="skip autograde on the GPU")
+    add("--no-gpu-tests", action="store_true", help="skip the gpu-marked tests")
+    add("--no-bench", action="store_true", help="skip the bench card")
+    add("--reruns", type=int, default=1, help="run a lesson again when a claim failed (flaky?)")
+    add("--require-all", action="store_true", help="fail when a part is not validated or not run")
+    add("--setup", action="store_true", help="add what the suite needs beside this PyTorch")
+    add("--wheelhouse", help="with --setup: install offline, from this folder of wheels")
+    add("--requirements", type=Path, help="with --setup: these, not the suite's")
+    add("--download", metavar="DIR", help="gather the suite's wheels in DIR (make wheelhouse)")
+    add("--kit", metavar="DIR", help="make the GPU kit in DIR: the project and wheels")
+    add("--have", type=Path, help="with --download or --kit: what the GPU machine has (pip freeze)")
+    add("--python-version", help="with --download or --kit: for this Python, e.g. 3.12")
+    add("--platform", help="with --download or --kit: e.g. manylinux_2_28_x86_64")
     return p
 
 
-def download(args, requirements) -> int:
+def download(args) -> int:
     have = wheels.have_names(args.have) if args.have else set()
     for command in wheels.download_commands(
-        args.download, args.python_version, args.platform, requirements, have
+        args.download, args.python_version, args.platform, have=have
     ):
         print("$ " + " ".join(command), flush=True)
         if subprocess.run(command).returncode != 0:
             return 1
     if have:
-        removed = wheels.prune(Path(args.download), have)
-        print(f"left out {len(removed)} wheel(s) of what {args.have} has")
+        print(f"left out {len(wheels.prune(Path(args.download), have))} wheel(s) {args.have} has")
     print(f"{args.download}: {wheels.size_mib(Path(args.download)):.1f} MiB")
     return 0
 
 
 def make_kit(args) -> int:
     if not args.have:
-        print(
-            "--kit needs --have FILE: the GPU machine's `pip freeze` (or names, one a line)",
-            file=sys.stderr,
-        )
+        print("--kit needs --have FILE: the GPU machine's `pip freeze`", file=sys.stderr)
         return 2
     dest = Path(args.kit).resolve()
     made = kit.make_kit(dest, args.have, args.python_version, args.platform)
@@ -107,124 +88,264 @@ def make_kit(args) -> int:
 
 
 def lesson_notebooks(names: list[str]) -> tuple[list[Path], list[str]]:
-    notebooks = sorted((runs.ROOT / "solutions").glob("*/*.ipynb"))
-    every = [nb.parent.name for nb in notebooks]
-    if names:
-        unknown = sorted(set(names) - set(every))
-        if unknown:
-            raise SystemExit(f"unknown lesson(s): {', '.join(unknown)}")
-        notebooks = [nb for nb in notebooks if nb.parent.name in names]
-    return notebooks, every
+    """The lessons named, in the order named (the order of their value), else every one."""
+    found = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
+    unknown = sorted(set(names) - set(found))
+    if unknown:
+        raise SystemExit(f"unknown lesson(s): {', '.join(unknown)}")
+    return [found[name] for name in dict.fromkeys(names or found)], list(found)
 
 
-def run_lessons(notebooks: list[Path], artifacts: Path, args) -> list[dict]:
-    results = []
-    for i, path in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {path.relative_to(runs.ROOT)} ...", end=" ", flush=True)
-        result = runs.run_lesson(path, artifacts, args.timeout, rehearsal=args.rehearse)
-        checked = [e for e in result["claims"] if e["kind"] == "claim" and e.get("checked", True)]
-        print(
-            f"exit {result['returncode']}, {result['seconds']} s, "
-            f"{sum(bool(e.get('passed')) for e in checked)}/{len(checked)} claims passed"
-        )
-        if args.reruns > 0 and any(not e.get("passed") for e in checked):
-            print(
-                "    a claim failed: the lesson runs again, to tell a flaky claim from a false one",
-                flush=True,
+def plan(notebooks: list[Path], args, before: dict) -> list[dict]:
+    """Every step, in the order of its value; what is not asked for is left out, with why."""
+
+    def step(kind, name, lesson=None, skip=None, estimate=None):
+        known = (before.get(name) or {}).get("seconds")
+        estimate = known or estimate or ESTIMATES[kind]
+        state, why = ("left out", skip) if skip else ("planned", None)
+        return {
+            "id": name,
+            "kind": kind,
+            "lesson": lesson,
+            "estimate": estimate,
+            "state": state,
+            "why": why,
+        }
+
+    no_gpu = "not run: no GPU: a CPU rehearsal" if args.rehearse else None
+    grading = "not run: not asked for (--no-grading)" if args.no_grading else None
+    found = [step("lesson", f"lesson {nb.parent.name}", nb.parent.name) for nb in notebooks]
+    for i, nb in enumerate(notebooks):
+        found[i]["notebook"] = str(nb.relative_to(steps.ROOT))
+    found.append(
+        step("grading", "grading the small assignment", skip=grading, estimate=ESTIMATES["small"])
+    )
+    found += [
+        step("grading", f"grading {nb.parent.name}", nb.parent.name, grading) for nb in notebooks
+    ]
+    tests = no_gpu or ("not run: not asked for (--no-gpu-tests)" if args.no_gpu_tests else None)
+    found.append(step("gpu tests", "gpu tests", skip=tests))
+    return found + [
+        step("bench", "bench", skip=no_gpu or ("not run: --no-bench" if args.no_bench else None))
+    ]
+
+
+class Runner:
+    """Runs the planned steps within the budget, writing the record and the report after each."""
+
+    def __init__(self, run: dict, artifacts: Path, args):
+        self.run, self.artifacts, self.args = run, artifacts, args
+        self.lock = threading.RLock()
+
+    def left(self) -> float:
+        budget = self.run.get("budget")
+        return budget - (time.time() - self.run["started"]) - RESERVE_S if budget else float("inf")
+
+    def save(self) -> dict:
+        with self.lock:
+            return write(self.run, self.artifacts)
+
+    def start(self, step: dict) -> float | None:
+        """The step's time limit, or None (and why, in the step) when it cannot finish in time."""
+        with self.lock:
+            left = self.left()
+            if step["estimate"] > left:
+                step["state"] = "left out"
+                need = f"needs about {step['estimate']:.0f} s, {max(left, 0):.0f} s left"
+                step["why"] = f"not run: out of time ({need})"
+                self.save()
+                return None
+            step.update(state="running", started=time.time())
+            self.save()
+            return min(self.args.timeout, left)
+
+    def execute(self, step: dict) -> None:
+        limit = self.start(step)
+        if limit is None:
+            print(f"{step['id']}: {step['why']}", flush=True)
+            return
+        name = step["id"].replace(" ", "-")
+        step.update(junit=f"junit/{name}.xml", log=f"logs/{name}.log")
+        (self.artifacts / step["junit"]).unlink(missing_ok=True)
+        env = steps.child_env(self.run["rehearsal"])
+        junit = self.artifacts / step["junit"]
+        if step["kind"] in {"lesson", "rerun"}:
+            step["claims"] = f"claims/{name}.jsonl"
+            (self.artifacts / step["claims"]).unlink(missing_ok=True)
+            env.update(
+                {steps.CLAIMS_VAR: str(self.artifacts / step["claims"]), steps.DEFER_VAR: "1"}
             )
-            (artifacts / "rerun" / "logs").mkdir(parents=True, exist_ok=True)
-            result["rerun"] = runs.run_lesson(
-                path, artifacts / "rerun", args.timeout, rehearsal=args.rehearse
+            command = steps.lesson_command(
+                steps.ROOT / step["notebook"], self.artifacts, junit, limit
             )
-        results.append(result)
-    return results
+        elif step["kind"] == "grading":
+            command = steps.grading_command(step["lesson"], junit)
+        elif step["kind"] == "gpu tests":
+            command = steps.gpu_tests_command(junit)
+        else:
+            command = steps.bench_command(self.artifacts / "bench.json")
+        print(f"{step['id']} ...", flush=True)
+        result = steps.execute(command, self.artifacts / step["log"], limit, env)
+        with self.lock:
+            out_of_time = result["timed_out"] and limit < self.args.timeout
+            step.update(result, state="done", out_of_time=out_of_time)
+            self.save()
+        print(f"{step['id']}: exit {result['returncode']}, {result['seconds']} s", flush=True)
+
+    def go(self) -> None:
+        todo = self.run["steps"]
+        i = 0
+        while i < len(todo):
+            step = todo[i]
+            if step["state"] != "planned":
+                i += 1
+                continue
+            if step["kind"] == "grading":
+                group = [s for s in todo[i:] if s["kind"] == "grading" and s["state"] == "planned"]
+                with ThreadPoolExecutor(max(1, self.args.jobs)) as pool:
+                    list(pool.map(self.execute, group))
+                continue
+            self.execute(step)
+            if (
+                step["kind"] == "lesson"
+                and self.args.reruns > 0
+                and failed_claims(step, self.artifacts)
+            ):
+                rerun = {
+                    **step,
+                    "id": f"rerun {step['lesson']}",
+                    "kind": "rerun",
+                    "state": "planned",
+                }
+                print("  a claim failed: the lesson runs again (is the claim flaky or false?)")
+                todo.insert(
+                    i + 1, {k: v for k, v in rerun.items() if k not in {"returncode", "seconds"}}
+                )
+            i += 1
+
+
+def failed_claims(step: dict, artifacts: Path) -> bool:
+    entries = steps.read_claims(artifacts / step.get("claims", "-"))
+    return any(
+        e["kind"] == "claim" and e.get("checked", True) and not e.get("passed") for e in entries
+    )
+
+
+def load(run: dict, artifacts: Path) -> dict:
+    """The record with what its steps left on disk: JUnit cases, claims, the lesson's code."""
+    loaded = []
+    for step in run["steps"]:
+        step = dict(step)
+        if step.get("junit"):
+            step["cases"] = steps.parse_junit(artifacts / step["junit"])
+        if step.get("claims"):
+            step["claims"] = steps.read_claims(artifacts / step["claims"])
+        if step.get("notebook") and (steps.ROOT / step["notebook"]).exists():
+            step["code"] = "\n".join(steps.code_cells(steps.ROOT / step["notebook"]))
+            step["parts"] = steps.cell_parts(steps.ROOT / step["notebook"])
+        if step["kind"] == "bench" and step["state"] == "done":
+            step["card"] = steps.read_bench(artifacts / "bench.json", step)
+        loaded.append(step)
+    return {**run, "steps": loaded}
+
+
+def write(run: dict, artifacts: Path) -> dict:
+    """run.json, gpu-report.json and gpu-report.md, each replaced whole (never left half)."""
+    from .render import render_markdown
+    from .report import build_report
+
+    report = build_report(load(run, artifacts))
+    texts = {
+        "run.json": json.dumps(run, indent=1),
+        "gpu-report.json": json.dumps(report, indent=2),
+        "gpu-report.md": render_markdown(report),
+    }
+    for name, text in texts.items():
+        part = artifacts / f".{name}.{os.getpid()}.{threading.get_ident()}"
+        part.write_text(text + "\n", encoding="utf-8")
+        os.replace(part, artifacts / name)
+    return report
+
+
+def verdict(report: dict, require_all: bool) -> int:
+    if report["status"] in {"failed", "inconclusive"}:
+        return 1
+    return 1 if report["status"] == "partial" and require_all else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    requirements = None
-    if args.requirements:
-        lines = args.requirements.read_text().splitlines()
-        requirements = [s.strip() for s in lines if s.strip() and not s.startswith("#")]
+    if args.report_only:
+        folder = args.report_only.resolve()
+        report = write(json.loads((folder / "run.json").read_text(encoding="utf-8")), folder)
+        print((folder / "gpu-report.md").read_text(encoding="utf-8"))
+        return verdict(report, args.require_all)
     if args.download:
-        return download(args, requirements)
+        return download(args)
     if args.kit:
         return make_kit(args)
     if args.setup:
-        return wheels.setup(args.wheelhouse, requirements)
-
+        lines = args.requirements.read_text().splitlines() if args.requirements else None
+        return wheels.setup(args.wheelhouse, lines and [s.strip() for s in lines if s.strip()])
     problem, doctor = (None if args.rehearse else preflight.quick_problem()), {}
     if problem is None and not args.preflight:
-        doctor = runs.doctor_report()
+        doctor = steps.doctor_report()
         problem = None if args.rehearse else preflight.cuda_problem(doctor)
     if problem is not None:
         print(preflight.stop_message(problem), file=sys.stderr)
         return 2
     if args.preflight:
         return 0
-    machine = preflight.machine_problems()
-    for found in machine:
-        print(
-            f"the machine's problem: {found['problem']}.\n  what to do: {found['fix']}.",
-            file=sys.stderr,
-        )
+    from .catalogue import lesson_claims
+
+    started = time.time()
     notebooks, every = lesson_notebooks(args.lessons)
     artifacts = args.artifacts.resolve()
-    (artifacts / "logs").mkdir(parents=True, exist_ok=True)
-    context = {
-        "all_lessons": every,
-        "machine": machine,
+    for folder in ("logs", "junit", "claims"):
+        (artifacts / folder).mkdir(parents=True, exist_ok=True)
+    try:
+        before = {s["id"]: s for s in json.loads((artifacts / "run.json").read_text())["steps"]}
+        before = {
+            k: s for k, s in before.items() if s["state"] == "done" and not s.get("timed_out")
+        }
+    except (OSError, ValueError, KeyError):
+        before = {}
+    machine = preflight.machine_problems() + preflight.machine_gaps(doctor, preflight.local_facts())
+    for found in machine:
+        print(f"the machine's: {found['problem']}.", file=sys.stderr)
+    run = {
+        "started": started,
+        "budget": args.budget,
         "rehearsal": args.rehearse,
-        "gpu_before": gpustate.gpu_state(),
+        "all_lessons": every,
+        "facts": doctor.get("facts") or {},
+        "versions": steps.versions(),
+        "machine": machine,
+        "gpu_before": {"error": "not read: a CPU rehearsal"}
+        if args.rehearse
+        else gpustate.gpu_state(),
+        "catalogue": {nb.parent.name: lesson_claims(nb) for nb in notebooks},
+        "steps": plan(notebooks, args, before),
     }
-    strict = "a CPU rehearsal, no strict mode" if args.rehearse else f"{runs.REQUIRE_GPU_VAR}=1"
-    print(
-        f"{strict}; {len(notebooks)} notebook(s), then the gpu tests, grading, the bench. Logs: "
-        f"{artifacts}"
-    )
-    results = run_lessons(notebooks, artifacts, args)
-    gpu_tests = grading = bench = None
-    if args.rehearse:
-        context["gpu_tests_skipped"] = "no GPU: a CPU rehearsal"
-    else:
-        print("gpu-marked tests ...", end=" ", flush=True)
-        gpu_tests = runs.run_pytest(
-            [CUDA_TESTS, "-m", "gpu", "-k", f"not {GRADING}"],
-            artifacts / "gpu-tests.xml",
-            artifacts / "logs" / "gpu-tests.log",
-            args.timeout,
-        )
-        print(f"exit {gpu_tests['returncode']}, {gpu_tests['seconds']} s")
-    if args.no_grading:
-        context["grading_skipped"] = "--no-grading"
-    else:
-        print("grading on the GPU ...", end=" ", flush=True)
-        only = f" and (small or sandbox or {' or '.join(args.lessons)})" if args.lessons else ""
-        grading = runs.run_pytest(
-            [CUDA_TESTS, "-m", "gpu", "-k", f"{GRADING}{only}"],
-            artifacts / "grading.xml",
-            artifacts / "logs" / "grading.log",
-            args.grading_timeout,
-            rehearsal=args.rehearse,
-        )
-        print(f"exit {grading['returncode']}, {grading['seconds']} s")
-    if not args.rehearse:
-        print("bench ...", flush=True)
-        bench = runs.run_bench(artifacts)
-    context["gpu_after"] = gpustate.gpu_state()
-    from .catalogue import lesson_claims
-    from .render import render_markdown
-    from .report import build_report
+    runner = Runner(run, artifacts, args)
 
-    context["catalogue"] = {nb.parent.name: lesson_claims(nb) for nb in notebooks}
-    facts = {**(doctor.get("facts") or {}), **runs.local_facts()}
-    report = build_report(facts, results, gpu_tests, bench, runs.versions(), grading, context)
-    (artifacts / "gpu-report.json").write_text(
-        json.dumps(report, indent=2) + "\n", encoding="utf-8"
+    def stopped(signum, _frame):
+        for child in list(steps.RUNNING):
+            steps.stop(child)
+        run["stopped"] = f"stopped by {signal.Signals(signum).name} at {time.strftime('%H:%M:%S')}"
+        runner.save()
+        os._exit(1)
+
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), stopped)
+    mode = "a CPU rehearsal, no strict mode" if args.rehearse else f"{steps.REQUIRE_GPU_VAR}=1"
+    print(
+        f"{mode}; {len(notebooks)} lesson(s); budget {args.budget or 'none'}; report: {artifacts}"
     )
-    markdown = render_markdown(report)
-    (artifacts / "gpu-report.md").write_text(markdown, encoding="utf-8")
-    print(markdown)
-    if report["status"] in {"failed", "inconclusive"}:
-        return 1
-    return 1 if report["status"] == "partial" and args.require_all else 0
+    runner.save()
+    runner.go()
+    run["gpu_after"] = run["gpu_before"] if args.rehearse else gpustate.gpu_state()
+    report = runner.save()
+    print((artifacts / "gpu-report.md").read_text(encoding="utf-8"))
+    return verdict(report, args.require_all)

@@ -17,7 +17,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from .runs import ROOT
+from .steps import ROOT
 
 LESSONS = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py")
 RUNNER = ("pytest", "nbval", "ipykernel", "nbformat", "nbclient")

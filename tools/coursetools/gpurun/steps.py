@@ -1,0 +1,231 @@
+"""The runs a report is built from, each a child process in its own process group (a timeout or a
+stop ends its kernels too): a lesson under nbval with its claims file, a pytest run (the gpu tests,
+a lesson's grading), the doctor, the bench; and the reading of what they left (JUnit XML, claims
+JSON lines), so a report can be rebuilt from the artifacts folder alone."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..text import strip_ansi
+
+ROOT = Path(__file__).resolve().parents[3]
+REQUIRE_GPU_VAR, CLAIMS_VAR = "GPUCOURSE_REQUIRE_GPU", "GPUCOURSE_CLAIMS"
+DEFER_VAR, REHEARSAL_VAR = "GPUCOURSE_CLAIMS_DEFER", "GPUCOURSE_REHEARSAL"
+CUDA_TESTS = "tests/gpu/test_on_cuda.py"
+# A code cell is in its lesson's TensorFlow or DALI part when it matches; else (set-up too) PyTorch.
+PARTS = {
+    "TensorFlow": re.compile(r"\btf\.|\bkeras\b|import_tensorflow\(|^\s*import tensorflow", re.M),
+    "DALI": re.compile(r"\bdali\b|import_dali\(|pipeline_def|nvidia\.dali"),
+}
+RUNNING: set[subprocess.Popen] = set()  # what a stop must end
+
+
+def child_env(rehearsal: bool = False, **extra: str) -> dict:
+    """Strict mode on (off in a rehearsal); gpucourse and coursetools from this checkout."""
+    drop = {CLAIMS_VAR, REQUIRE_GPU_VAR, REHEARSAL_VAR, DEFER_VAR}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({REHEARSAL_VAR: "1"} if rehearsal else {REQUIRE_GPU_VAR: "1"})
+    paths = (str(ROOT / "utils"), str(ROOT / "tools"), env.get("PYTHONPATH"))
+    return {**env, **extra, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def code_cells(path: Path) -> list[str]:
+    cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
+    return ["".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"]
+
+
+def cell_parts(path: Path) -> list[str]:
+    """Each code cell's part of the lesson, in nbval's order ("Cell N" is the N-th code cell)."""
+    found = []
+    for code in code_cells(path):
+        part = next((p for p, regex in PARTS.items() if regex.search(code)), "PyTorch")
+        found.append("PyTorch" if code.lstrip().startswith("# Set-up:") else part)
+    return found
+
+
+def execute(command: list[str], log: Path, timeout: float, env: dict) -> dict:
+    """Run ``command`` into ``log``; at ``timeout`` seconds its whole process group is killed."""
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as out:
+        out.write("$ " + " ".join(map(str, command)) + "\n")
+        out.flush()
+        child = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        RUNNING.add(child)
+        try:
+            returncode, timed_out = child.wait(timeout=max(timeout, 1)), False
+        except subprocess.TimeoutExpired:
+            stop(child)
+            returncode, timed_out = None, True
+        finally:
+            RUNNING.discard(child)
+    return {
+        "returncode": returncode,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - start, 1),
+    }
+
+
+def stop(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    child.wait()
+
+
+def pytest_command(args: list[str], junit: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
+        "-o", "junit_family=xunit1", f"--junitxml={junit}", "-rfEs",
+    ]  # fmt: skip
+
+
+def lesson_command(notebook: Path, artifacts: Path, junit: Path, timeout: float) -> list[str]:
+    """nbval on a solution notebook; the lesson as it ran is kept for the book (executed-gpu/)."""
+    args = [
+        str(notebook),
+        "--nbval-lax",
+        "--nbval-current-env",
+        "--nbval-cell-timeout",
+        str(timeout),
+    ]
+    args += ["-p", "coursetools.executed", "--save-executed", str(artifacts / "executed-gpu")]
+    return pytest_command(args, junit)
+
+
+def grading_command(lesson: str | None, junit: Path) -> list[str]:
+    """A lesson's grading on the GPU (None: the small assignment: it proves the grading stack)."""
+    which = f"autograde_on_the_gpu and {lesson}" if lesson else "small_assignment"
+    return pytest_command([CUDA_TESTS, "-m", "gpu", "-k", which], junit)
+
+
+def gpu_tests_command(junit: Path) -> list[str]:
+    which = "not autograde_on_the_gpu and not small_assignment"
+    return pytest_command([CUDA_TESTS, "-m", "gpu", "-k", which], junit)
+
+
+def read_claims(path: Path) -> list[dict]:
+    """The JSON lines gpucourse.claims wrote; a line cut short by a stop is skipped."""
+    entries = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines() if Path(path).exists() else []:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("kind") in {"claim", "precondition"}:
+            entries.append(entry)
+    return entries
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
+
+
+def summarize(text: str, limit: int = 300) -> str:
+    """One line of a failure: its last exception line (nbval's reports end with it), else its
+    first."""
+    lines = [re.sub(r"^E\s+", "", s.strip()) for s in strip_ansi(text or "").splitlines()]
+    lines = [s for s in lines if s and s != "Notebook cell execution failed"]
+    exceptions = [s for s in lines if EXCEPTION_LINE.match(s)]
+    line = exceptions[-1] if exceptions else (lines or [""])[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def parse_junit(path: Path) -> list[dict]:
+    """Each test case of a JUnit XML file: id, name, outcome, seconds, message, properties (the
+    "not_validated" ones a grading test records)."""
+    if not Path(path).exists():
+        return []
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        return []  # cut short by a stop
+    cases = []
+    for case in root.iter("testcase"):
+        outcome, message = "passed", ""
+        for kind, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            found = case.find(kind)
+            if found is not None:
+                text = found.get("message") or ""
+                outcome = name
+                message = summarize(text if kind == "skipped" else f"{found.text or ''}\n{text}")
+                break
+        name, classname = case.get("name", ""), case.get("classname", "")
+        properties = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+        cases.append(
+            {
+                "id": f"{classname}::{name}" if classname else name,
+                "name": name,
+                "outcome": outcome,
+                "seconds": float(case.get("time") or 0),
+                "message": message,
+                "not_validated": [v for k, v in properties if k == "not_validated"],
+            }
+        )
+    return cases
+
+
+def doctor_report() -> dict:
+    """`python -m gpucourse doctor --json` in a child process (it exits 1 on an error)."""
+    command = [sys.executable, "-m", "gpucourse", "doctor", "--json"]
+    done = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True)
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"facts": {}, "findings": [], "error": (done.stderr or done.stdout)[-2000:]}
+
+
+def bench_command(card: Path) -> list[str]:
+    """The bench card of this GPU, as JSON in ``card`` (its messages go to the log)."""
+    python = shlex.quote(sys.executable)
+    return ["sh", "-c", f"{python} -m gpucourse bench --json > {shlex.quote(str(card))}"]
+
+
+def read_bench(path: Path, result: dict) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {"error": f"no card (exit {result.get('returncode')}); log: {result.get('log')}"}
+
+
+def versions() -> dict:
+    found = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "executable": sys.executable}
+    for name in ("pytest", "nbval", "nbgrader", "nvidia-ml-py"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    found["commit"] = commit()
+    return found
+
+
+def commit() -> str:
+    """The checkout's commit; a kit's project has no .git: its KIT.json names the commit."""
+    git = ["git", "-C", str(ROOT)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+        if head.returncode == 0:
+            return head.stdout.strip() + (
+                " (with uncommitted changes)" if dirty.stdout.strip() else ""
+            )
+    except OSError:
+        pass
+    kit = ROOT / "KIT.json"
+    if kit.exists():
+        return f"{json.loads(kit.read_text()).get('commit')} (the kit's; the copy has no .git)"
+    return "unknown: no .git and no KIT.json"
