@@ -15,13 +15,9 @@ from .wheels import download_commands, have_names, prune, size_mib
 KIT_LIMIT_MIB = 48
 SCRIPT = "gpu-kit.sh"
 KIT_SCRIPT = """#!/bin/sh
-# The GPU kit's one command (coursetools.gpurun.kit), on the GPU machine, from this folder, offline:
-#   sh gpu-kit.sh [ARTIFACTS [runner options and lessons]]
-# A venv layered on the machine's Python (PYTHON, else python3; its PyTorch and CUDA libraries stay
-# as
-# they are; a PYTHON that is a venv already is used as it is) gets wheels/ offline; every lesson
-# runs
-# strictly, grading runs, and the report and the claims land in ARTIFACTS (default: gpu-run).
+# The GPU kit's one command, on the GPU machine, offline: sh gpu-kit.sh [ARTIFACTS [options]]
+# A venv layered on the machine's Python (PYTHON, else python3; a venv is used as it is) gets
+# wheels/; the report lands in ARTIFACTS (default: gpu-run). docs/gpu-runner.md has the recipes.
 set -eu
 cd "$(dirname "$0")"
 PY=${{PYTHON:-python3}}
@@ -97,18 +93,14 @@ def make_kit(
 
 
 def kit_message(dest: Path, kit: dict) -> str:
-    over = kit["size_mib"] > KIT_LIMIT_MIB
+    size, wheels, left = kit["size_mib"], len(kit["wheels"]), len(kit["left_out"])
+    over = (
+        f"\nIT IS OVER {KIT_LIMIT_MIB} MiB: leave out what the machine has (HAVE=its pip freeze)."
+    )
     return (
-        f"The GPU kit: {dest} ({kit['size_mib']} MiB: the project and {len(kit['wheels'])} wheels; "
-        f"{len(kit['left_out'])} left out, the machine has them)"
-        + (
-            f"\nIT IS OVER {KIT_LIMIT_MIB} MiB: leave out what the machine has (HAVE=its pip "
-            "freeze)."
-            if over
-            else ""
-        )
-        + "\nCopy it to the GPU machine, then run there, in one command:\n"
-        + f"    sh {dest.name}/{SCRIPT}\n"
-        f"The report (gpu-report.md, .json) and the claims land in {dest.name}/gpu-run/: bring "
-        "that folder back."
+        f"The GPU kit: {dest} ({size} MiB: the project and {wheels} wheels; {left} left out, the "
+        f"machine has them){over if size > KIT_LIMIT_MIB else ''}\nCopy it to the GPU machine, "
+        f"then run there, in one command (docs/gpu-runner.md):\n    sh {dest.name}/{SCRIPT} "
+        f"gpu-run --budget 540 09_make_it_fast 01_verify_gpu 02_tensors_on_device\nThe report "
+        f"(gpu-report.md, .json) lands in {dest.name}/gpu-run/: bring that folder back."
     )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import gpustate, kit, preflight, steps, wheels
 
+NOT_READ = "not read: a CPU rehearsal"
 RESERVE_S = 10  # kept for the last report and the GPU's state after the run
 # A step's seconds, for the budget: a run reads them from its folder's last run.json; else these,
 # the 2-core stand-in's times for lessons 01, 02, 09 and their grading, rounded up (gpu-runner.md).
@@ -102,15 +103,8 @@ def plan(notebooks: list[Path], args, before: dict) -> list[dict]:
     def step(kind, name, lesson=None, skip=None, estimate=None):
         known = (before.get(name) or {}).get("seconds")
         estimate = known or estimate or ESTIMATES[kind]
-        state, why = ("left out", skip) if skip else ("planned", None)
-        return {
-            "id": name,
-            "kind": kind,
-            "lesson": lesson,
-            "estimate": estimate,
-            "state": state,
-            "why": why,
-        }
+        state = "left out" if skip else "planned"
+        return dict(id=name, kind=kind, lesson=lesson, estimate=estimate, state=state, why=skip)
 
     no_gpu = "not run: no GPU: a CPU rehearsal" if args.rehearse else None
     grading = "not run: not asked for (--no-grading)" if args.no_grading else None
@@ -168,22 +162,11 @@ class Runner:
         step.update(junit=f"junit/{name}.xml", log=f"logs/{name}.log")
         (self.artifacts / step["junit"]).unlink(missing_ok=True)
         env = steps.child_env(self.run["rehearsal"])
-        junit = self.artifacts / step["junit"]
         if step["kind"] in {"lesson", "rerun"}:
             step["claims"] = f"claims/{name}.jsonl"
             (self.artifacts / step["claims"]).unlink(missing_ok=True)
-            env.update(
-                {steps.CLAIMS_VAR: str(self.artifacts / step["claims"]), steps.DEFER_VAR: "1"}
-            )
-            command = steps.lesson_command(
-                steps.ROOT / step["notebook"], self.artifacts, junit, limit
-            )
-        elif step["kind"] == "grading":
-            command = steps.grading_command(step["lesson"], junit)
-        elif step["kind"] == "gpu tests":
-            command = steps.gpu_tests_command(junit)
-        else:
-            command = steps.bench_command(self.artifacts / "bench.json")
+            env[steps.CLAIMS_VAR], env[steps.DEFER_VAR] = str(self.artifacts / step["claims"]), "1"
+        command = steps.command(step, self.artifacts, limit)
         print(f"{step['id']} ...", flush=True)
         result = steps.execute(command, self.artifacts / step["log"], limit, env)
         with self.lock:
@@ -206,29 +189,17 @@ class Runner:
                     list(pool.map(self.execute, group))
                 continue
             self.execute(step)
-            if (
-                step["kind"] == "lesson"
-                and self.args.reruns > 0
-                and failed_claims(step, self.artifacts)
-            ):
-                rerun = {
-                    **step,
-                    "id": f"rerun {step['lesson']}",
-                    "kind": "rerun",
-                    "state": "planned",
-                }
+            if step["kind"] == "lesson" and self.args.reruns > 0 and self.failed_claims(step):
                 print("  a claim failed: the lesson runs again (is the claim flaky or false?)")
-                todo.insert(
-                    i + 1, {k: v for k, v in rerun.items() if k not in {"returncode", "seconds"}}
-                )
+                again = {"id": f"rerun {step['lesson']}", "kind": "rerun", "state": "planned"}
+                todo.insert(i + 1, {**step, **again, "returncode": None, "seconds": None})
             i += 1
 
-
-def failed_claims(step: dict, artifacts: Path) -> bool:
-    entries = steps.read_claims(artifacts / step.get("claims", "-"))
-    return any(
-        e["kind"] == "claim" and e.get("checked", True) and not e.get("passed") for e in entries
-    )
+    def failed_claims(self, step: dict) -> bool:
+        entries = steps.read_claims(self.artifacts / step["claims"]) if "claims" in step else []
+        return any(
+            e["kind"] == "claim" and e.get("checked", True) and not e["passed"] for e in entries
+        )
 
 
 def load(run: dict, artifacts: Path) -> dict:
@@ -267,6 +238,15 @@ def write(run: dict, artifacts: Path) -> dict:
     return report
 
 
+def last_times(record: Path) -> dict:
+    """The steps a run recorded in this folder before, finished in time: their seconds."""
+    try:
+        found = json.loads(record.read_text(encoding="utf-8"))["steps"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {s["id"]: s for s in found if s["state"] == "done" and not s.get("timed_out")}
+
+
 def verdict(report: dict, require_all: bool) -> int:
     if report["status"] in {"failed", "inconclusive"}:
         return 1
@@ -303,13 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     artifacts = args.artifacts.resolve()
     for folder in ("logs", "junit", "claims"):
         (artifacts / folder).mkdir(parents=True, exist_ok=True)
-    try:
-        before = {s["id"]: s for s in json.loads((artifacts / "run.json").read_text())["steps"]}
-        before = {
-            k: s for k, s in before.items() if s["state"] == "done" and not s.get("timed_out")
-        }
-    except (OSError, ValueError, KeyError):
-        before = {}
+    before = last_times(artifacts / "run.json")
     machine = preflight.machine_problems() + preflight.machine_gaps(doctor, preflight.local_facts())
     for found in machine:
         print(f"the machine's: {found['problem']}.", file=sys.stderr)
@@ -321,9 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "facts": doctor.get("facts") or {},
         "versions": steps.versions(),
         "machine": machine,
-        "gpu_before": {"error": "not read: a CPU rehearsal"}
-        if args.rehearse
-        else gpustate.gpu_state(),
+        "gpu_before": {"error": NOT_READ} if args.rehearse else gpustate.gpu_state(),
         "catalogue": {nb.parent.name: lesson_claims(nb) for nb in notebooks},
         "steps": plan(notebooks, args, before),
     }
@@ -340,9 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), stopped)
     mode = "a CPU rehearsal, no strict mode" if args.rehearse else f"{steps.REQUIRE_GPU_VAR}=1"
-    print(
-        f"{mode}; {len(notebooks)} lesson(s); budget {args.budget or 'none'}; report: {artifacts}"
-    )
+    print(f"{mode}; {len(notebooks)} lesson(s); budget {args.budget or 'none'}; in {artifacts}")
     runner.save()
     runner.go()
     run["gpu_after"] = run["gpu_before"] if args.rehearse else gpustate.gpu_state()

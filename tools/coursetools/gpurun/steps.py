@@ -86,35 +86,25 @@ def stop(child: subprocess.Popen) -> None:
     child.wait()
 
 
-def pytest_command(args: list[str], junit: Path) -> list[str]:
+def command(step: dict, artifacts: Path, limit: float) -> list[str]:
+    """A step's command: nbval on a lesson (kept as it ran, for the book: executed-gpu/), a lesson's
+    grading (or the small assignment's: it proves the grading stack), the gpu tests, the bench."""
+    if step["kind"] == "bench":
+        card = shlex.quote(str(artifacts / "bench.json"))
+        return ["sh", "-c", f"{shlex.quote(sys.executable)} -m gpucourse bench --json > {card}"]
+    if step["kind"] in {"lesson", "rerun"}:
+        args = [step["notebook"], "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout"]
+        args += [str(limit), "-p", "coursetools.executed", "--save-executed"]
+        args.append(str(artifacts / "executed-gpu"))
+    else:
+        lesson = step["lesson"] and f"autograde_on_the_gpu and {step['lesson']}"
+        which = "not autograde_on_the_gpu and not small_assignment"
+        which = (lesson or "small_assignment") if step["kind"] == "grading" else which
+        args = [CUDA_TESTS, "-m", "gpu", "-k", which]
     return [
         sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
-        "-o", "junit_family=xunit1", f"--junitxml={junit}", "-rfEs",
+        "-o", "junit_family=xunit1", f"--junitxml={artifacts / step['junit']}", "-rfEs",
     ]  # fmt: skip
-
-
-def lesson_command(notebook: Path, artifacts: Path, junit: Path, timeout: float) -> list[str]:
-    """nbval on a solution notebook; the lesson as it ran is kept for the book (executed-gpu/)."""
-    args = [
-        str(notebook),
-        "--nbval-lax",
-        "--nbval-current-env",
-        "--nbval-cell-timeout",
-        str(timeout),
-    ]
-    args += ["-p", "coursetools.executed", "--save-executed", str(artifacts / "executed-gpu")]
-    return pytest_command(args, junit)
-
-
-def grading_command(lesson: str | None, junit: Path) -> list[str]:
-    """A lesson's grading on the GPU (None: the small assignment: it proves the grading stack)."""
-    which = f"autograde_on_the_gpu and {lesson}" if lesson else "small_assignment"
-    return pytest_command([CUDA_TESTS, "-m", "gpu", "-k", which], junit)
-
-
-def gpu_tests_command(junit: Path) -> list[str]:
-    which = "not autograde_on_the_gpu and not small_assignment"
-    return pytest_command([CUDA_TESTS, "-m", "gpu", "-k", which], junit)
 
 
 def read_claims(path: Path) -> list[dict]:
@@ -185,12 +175,6 @@ def doctor_report() -> dict:
         return json.loads(done.stdout)
     except json.JSONDecodeError:
         return {"facts": {}, "findings": [], "error": (done.stderr or done.stdout)[-2000:]}
-
-
-def bench_command(card: Path) -> list[str]:
-    """The bench card of this GPU, as JSON in ``card`` (its messages go to the log)."""
-    python = shlex.quote(sys.executable)
-    return ["sh", "-c", f"{python} -m gpucourse bench --json > {shlex.quote(str(card))}"]
 
 
 def read_bench(path: Path, result: dict) -> dict:

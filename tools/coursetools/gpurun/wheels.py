@@ -22,22 +22,9 @@ from .steps import ROOT
 LESSONS = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py")
 RUNNER = ("pytest", "nbval", "ipykernel", "nbformat", "nbclient")
 # What `nbgrader autograde` and the course's grading code import (with their own dependencies).
-AUTOGRADE = (
-    "nbconvert",
-    "jupyter-client",
-    "jupyter-core",
-    "traitlets",
-    "sqlalchemy",
-    "alembic",
-    "python-dateutil",
-    "jinja2",
-    "jsonschema",
-    "pyyaml",
-    "rapidfuzz",
-    "requests",
-    "prometheus-client",
-    "setuptools",
-    "tornado",
+AUTOGRADE = tuple(
+    "nbconvert jupyter-client jupyter-core traitlets sqlalchemy alembic python-dateutil jinja2 "
+    "jsonschema pyyaml rapidfuzz requests prometheus-client setuptools tornado".split()
 )
 NO_DEPS = ("nbgrader", "jupyter-server")  # installed without their dependencies
 SUITE = LESSONS + RUNNER + AUTOGRADE
@@ -113,98 +100,54 @@ def setup_plan(
     return commands, constraints
 
 
-def _add_checkout(purelib: str) -> str | None:
-    """gpucourse and coursetools from this checkout, as an editable install adds them; None or why
-    not."""
-    try:
-        (Path(purelib) / "gpucourse-checkout.pth").write_text(
-            f"{ROOT / 'utils'}\n{ROOT / 'tools'}\n"
-        )
-    except OSError as error:
-        return (
-            f"cannot add gpucourse to {sys.executable}'s environment ({error}); a read-only site "
-            "install can "
-            "be extended by a venv: `python -m venv --system-site-packages ENV`, then "
-            "PYTHON=ENV/bin/python"
-        )
-    return None
-
-
 def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) -> int:
     """Add what the suite needs to this Python's environment, beside its PyTorch and never replacing
-    it."""
+    it; gpucourse and coursetools from this checkout, as an editable install adds them."""
     from .preflight import managed_problem
+
+    def stop(why: str, status: int = 2) -> int:
+        print(f"make test-gpu: {why}", file=sys.stderr)
+        return status
 
     before = installed_distributions()
     if "torch" not in before:
-        print(
-            f"{sys.executable} has no PyTorch: `make test-gpu ENV=system` (or PYTHON=...) needs a "
-            "Python "
-            "whose environment has a CUDA PyTorch; without ENV and PYTHON, `make test-gpu` builds "
-            ".venv "
-            "instead.",
-            file=sys.stderr,
-        )
-        return 2
+        return stop(f"{sys.executable} has no PyTorch: name a Python with a CUDA PyTorch (PYTHON=)")
     if wheelhouse and not Path(wheelhouse).is_dir():
-        print(
-            f"the wheelhouse {wheelhouse} is not a folder: `make wheelhouse "
-            f"WHEELHOUSE={wheelhouse}` makes it",
-            file=sys.stderr,
-        )
-        return 2
+        return stop(f"the wheelhouse {wheelhouse} is not a folder (`make wheelhouse` makes it)")
     suite = suite_requirements() if requirements is None else requirements
-    commands, constraints = setup_plan(
-        before, suite, wheelhouse, no_deps=no_deps_requirements() if requirements is None else []
-    )
+    bare = no_deps_requirements() if requirements is None else []
+    commands, constraints = setup_plan(before, suite, wheelhouse, no_deps=bare)
     managed = managed_problem()
     if commands and managed:
-        print(
-            f"make test-gpu: the machine's problem: {managed['problem']}.\n  what to do: "
-            f"{managed['fix']}.",
-            file=sys.stderr,
+        return stop(
+            f"the machine's problem: {managed['problem']}.\n  what to do: {managed['fix']}."
         )
-        return 2
     with tempfile.TemporaryDirectory(prefix="gpucourse-setup-") as tmp:
         (Path(tmp) / "constraints.txt").write_text(constraints, encoding="utf-8")
         for command in commands:
-            command = [
-                str(Path(tmp) / "constraints.txt") if p == "{constraints}" else p for p in command
-            ]
+            command = [f"{tmp}/constraints.txt" if p == "{constraints}" else p for p in command]
             print("$ " + " ".join(command), flush=True)
             if subprocess.run(command).returncode != 0:
                 offline = " (offline: is every wheel in the wheelhouse?)" if wheelhouse else ""
-                print(
-                    "make test-gpu: adding the suite's packages failed; this environment's "
-                    "PyTorch "
-                    f"{before['torch']} is kept as it is{offline}.",
-                    file=sys.stderr,
-                )
-                return 1
+                return stop(f"adding the suite's packages failed; PyTorch is kept{offline}.", 1)
     spec = importlib.util.find_spec("gpucourse")
     if spec is None:
-        problem = _add_checkout(sysconfig.get_paths()["purelib"])
-        if problem:
-            print(problem, file=sys.stderr)
-            return 2
+        try:
+            pth = Path(sysconfig.get_paths()["purelib"]) / "gpucourse-checkout.pth"
+            pth.write_text(f"{ROOT / 'utils'}\n{ROOT / 'tools'}\n")
+        except OSError as error:
+            return stop(f"cannot add gpucourse here ({error}): use a venv (PYTHON=ENV/bin/python)")
     elif Path(spec.origin or "").parent.parent != ROOT / "utils":
-        print(
-            f"note: the gpucourse at {spec.origin} is not this checkout's; the grading run "
-            "imports that one"
-        )
+        print(f"note: the gpucourse at {spec.origin} is not this checkout's; grading imports it")
     after = installed_distributions()
     kept = {
         n: (v, after.get(n)) for n, v in before.items() if KEEP.fullmatch(n) and after.get(n) != v
     }
     added = sorted(set(after) - set(before))
+    names = ", ".join(added) or "none missing"
+    print(f"added {len(added)} package(s) ({names}) beside PyTorch {after.get('torch')}", end="")
     print(
-        f"added {len(added)} package(s) ({', '.join(added) or 'none missing'}) beside PyTorch "
-        f"{after.get('torch')}"
-        + (
-            f"; CHANGED, though pinned: {kept}"
-            if kept
-            else "; PyTorch and its CUDA libraries are as they were"
-        )
+        f"; CHANGED, though pinned: {kept}" if kept else "; PyTorch and CUDA libraries as they were"
     )
     return 1 if kept else 0
 
@@ -236,24 +179,14 @@ def download_commands(
     target = ["--python-version", python_version] if python_version else []
     for name in platforms(platform) if platform else []:
         target += ["--platform", name]
-    pip = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--disable-pip-version-check",
-        "--only-binary=:all:",
-    ]
-    pip += ["--dest", str(dest), *target]
+    pip = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check"]
+    pip += ["--only-binary=:all:", "--dest", str(dest), *target]
     if requirements is not None:
         return [[*pip, *requirements]]
     suite = [r for r in suite_requirements() if canonical(r) not in have]
     bare = [r for r in no_deps_requirements() if canonical(r) not in have]
-    return [
-        command
-        for command, wanted in (([*pip, *suite], suite), ([*pip, "--no-deps", *bare], bare))
-        if wanted
-    ]
+    found = (([*pip, *suite], suite), ([*pip, "--no-deps", *bare], bare))
+    return [command for command, wanted in found if wanted]
 
 
 def prune(wheelhouse: Path, have: set[str]) -> list[str]:
