@@ -125,16 +125,20 @@ class Fixture:
         return set() if self.right else set(self.answers) - locked_ids(self.lesson)
 
 
-def fixtures(lesson: str | None = None, *, cuda: bool = False) -> list[Fixture]:
+def fixtures(
+    lesson: str | None = None, *, cuda: bool = False, flagged: bool = False
+) -> list[Fixture]:
     """tests/fixtures/<lesson>/<name>.py, cells separated by `# %% <grade_id>` lines; with ``cuda``,
     tests/fixtures/<lesson>/cuda/<name>.py: mistakes only CUDA shows (a GPU grader, the CUDA
-    rehearsal), which a CPU grader passes."""
+    rehearsal), which a CPU grader passes; with ``flagged``, tests/fixtures/<lesson>/flagged/:
+    answers that patch the referee, which the class report flags (tests/grading/test_referee.py)."""
     found = []
-    for path in sorted(FIXTURES.glob(f"{lesson or '*'}/{'cuda/' if cuda else ''}*.py")):
+    folder = "cuda/" if cuda else "flagged/" if flagged else ""
+    for path in sorted(FIXTURES.glob(f"{lesson or '*'}/{folder}*.py")):
         parts = re.split(r"^# %% (\S+)[^\n]*\n", path.read_text(), flags=re.M)
         sections = zip(parts[1::2], parts[2::2], strict=True)
         answers = {grade_id: source.strip("\n") for grade_id, source in sections}
-        owner = path.parent.parent if cuda else path.parent
+        owner = path.parent.parent if folder else path.parent
         found.append(Fixture(owner.name, path.stem, answers))
     return found
 

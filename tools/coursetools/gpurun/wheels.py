@@ -129,7 +129,8 @@ def setup(wheelhouse: str | None = None, requirements: list[str] | None = None) 
             print("$ " + " ".join(command), flush=True)
             if subprocess.run(command).returncode != 0:
                 offline = " (offline: is every wheel in the wheelhouse?)" if wheelhouse else ""
-                return stop(f"adding the suite's packages failed; PyTorch is kept{offline}.", 1)
+                kept = f"PyTorch {before['torch']} is kept as it is{offline}"
+                return stop(f"adding the suite's packages failed; {kept}.", 1)
     spec = importlib.util.find_spec("gpucourse")
     if spec is None:
         try:

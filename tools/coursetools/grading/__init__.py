@@ -12,6 +12,8 @@ One module per job:
   (``RestoreCells``), timeouts as comments (``SaveAutoGrades``), feedback without hidden tests
   (``HideHiddenTests``), a graded cell judged by raising only (``stderr_kept_visible``, also for the
   Validate button);
+- ``referee``  ``flags(nb)``: answer cells that rebind what the tests judge with, read statically,
+  shown (never graded) in the class table and report;
 - ``config``   ``configure(c)``, called by the course's nbgrader_config.py;
 - ``rows``     ``class_rows(course, lesson)``: the one walk of the gradebook, autograded/ and the
   grading times;

@@ -156,6 +156,7 @@ def _sections(data: ClassRows) -> dict[str, str]:
         if any(getattr(r, k) for k in kinds)
     ]
     unread = [[e(r.student), e(r.why)] for r in data.rows if r.status == UNREADABLE]
+    flagged = [[e(r.student), "<br>".join(e(f) for f in r.flags)] for r in data.rows if r.flags]
     answers = [
         [f"<code>{e(label)}</code>", f"{data.written[label]:g}", str(len(who)), _names(who)]
         for label, who in waiting(data).items()
@@ -172,6 +173,7 @@ def _sections(data: ClassRows) -> dict[str, str]:
         "failures": "".join(_failure_block(t) for t in tests if t.failures)
         or "<p>No test cell failed.</p>",
         "unread": _table(["student", "what autograde found"], unread) if unread else "<p>None.</p>",
+        "flagged": _table(["student", "where and what"], flagged) if flagged else "<p>None.</p>",
         "incidents": _table(["student", "timed out", "killed the kernel", "not run"], incidents)
         if incidents
         else "<p>None.</p>",
@@ -220,6 +222,11 @@ included;
 {s["tests"]}
 <h2>Most common failures</h2>
 {s["failures"]}
+<h2>Flagged: answer cells that rebind what the tests judge with</h2>
+<p>Read these before trusting their scores: an answer cell changed a read-only cell's function or
+class, or a function of a module the tests read (a static read of the code; it flags, never
+grades).</p>
+{s["flagged"]}
 <h2>Submissions autograde could not read</h2>
 {s["unread"]}
 <h2>Timeouts and kernel deaths</h2>
@@ -249,6 +256,7 @@ def csv_rows(data: ClassRows) -> list[dict]:
             "timed_out": " ".join(r.timed_out),
             "kernel_died": " ".join(r.kernel_died),
             "not_run": " ".join(r.not_run),
+            "flags": "; ".join(r.flags),
         }
         row.update({t.label: r.cells.get(t.label, "") for t in data.tests})
         out.append(row)

@@ -59,6 +59,7 @@ class Row:
     not_run: list[str] = field(default_factory=list)
     seconds: float | None = None  # as `make grade` measured it
     speedup: float | None = None  # lesson 09's measured ratio
+    flags: list[str] = field(default_factory=list)  # answer cells that rebind the referee
 
 
 INCIDENTS = {
@@ -109,6 +110,23 @@ def speedup(nb) -> float | None:
         for m in SPEEDUP.finditer(output.get("text", ""))
     ]
     return found[-1] if found else None
+
+
+def submission_flags(folder: Path) -> list[str]:
+    """Where a submission's answer cells rebind what the tests judge with (grading.referee), each
+    ``"<notebook> <grade id> line <n>: <what>"``; an unreadable notebook has none."""
+    import nbformat
+
+    from coursetools.grading.referee import flags
+
+    found = []
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:  # noqa: BLE001 (unreadable: its row says so)
+            continue
+        found += [f"{path.stem} {flag}" for flag in flags(nb)]
+    return found
 
 
 def unreadable(path: Path) -> str:
@@ -207,6 +225,7 @@ def class_rows(course: Path, lesson: str) -> ClassRows:
         rows[student] = Row(student)
     for student, row in rows.items():
         row.seconds = times.get(student)
+        row.flags = submission_flags(course / "submitted" / student / lesson)
     rank = {name: i for i, name in enumerate(order)}
     ordered = sorted(tests, key=lambda name: (rank.get(name, len(rank)), name))
     return ClassRows(

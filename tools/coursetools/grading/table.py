@@ -34,6 +34,7 @@ from coursetools.grading.rows import (
 from coursetools.grading.sandbox import UNSANDBOXED, WHY, sandbox_problem
 
 COLUMNS = ("failed", "timed_out", "kernel_died", "not_run")
+FLAGGED = "an answer cell rebinds what the tests judge with: read it before trusting its score"
 PROG = "python -m coursetools.grading"
 
 
@@ -61,6 +62,9 @@ def show(data: ClassRows) -> str:
         seconds = "-" if r.seconds is None else f"{r.seconds:.0f}"
         ratio = (f" {r.speedup:>7.2f}x" if r.speedup else f" {'-':>8}") if timed else ""
         lines.append(f"{r.student:<16} {score:>24} {seconds:>7}{ratio}  {cells}")
+    flagged = [f"  {r.student}: {flag}" for r in rows for flag in r.flags]
+    if flagged:
+        lines += [f"FLAGGED: {FLAGGED}", *flagged]
     return "\n".join(lines)
 
 
