@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import tomllib
 from coursetools import notebooks as make_notebooks
+from coursetools.grading.cells import PUT_BACK
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,8 @@ def repository_url() -> str:
 
 
 def nbgrader_cells(nb, kind: str) -> list:
-    """Cells of one kind: "answer" (autograded code), "test", "written" (graded by hand)."""
+    """Cells of one kind: "answer" (autograded code), "test", "written" (graded by hand),
+    "read-only" (locked, neither answer nor test: a referee's code or the lesson's text)."""
     out = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -81,6 +83,9 @@ def nbgrader_cells(nb, kind: str) -> list:
             out.append(cell)
         elif kind == "written" and meta.get("grade") and meta.get("solution"):
             out.append(cell)
+        elif kind == "read-only" and meta.get("locked") and not meta.get("grade"):
+            if not meta.get("solution"):
+                out.append(cell)
     return out
 
 
@@ -288,7 +293,10 @@ def locked_problems(course: Path, lesson: str, students: list[str]) -> list[str]
         graded = read(course / "autograded" / student / lesson / solution_path(lesson).name)
         for cell in graded.cells:
             name = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if name in source and cell.source != source[name]:
+            code = cell.source
+            if code.startswith(PUT_BACK):  # deleted, then put back: the note, then its code
+                code = code.split("\n", 1)[1]
+            if name in source and code != source[name]:
                 problems.append(f"{student}: the read-only cell {name} was not restored")
     return problems
 

@@ -2,8 +2,8 @@
 class.
 
 - ``without_tests``, ``deleted_tests_submission``, ``restored_after``: a submission with every test
-  cell deleted, and where autograde put them back (tests/grading/test_deleted_cells.py,
-  test_grading.py, test_classroom.py);
+  cell (and read-only code cell) deleted, and where autograde put them back
+  (tests/grading/test_deleted_cells.py, test_grading.py, test_classroom.py);
 - ``check_report``, ``check_feedback``: the class report and the feedback of a class nbgrader
   graded, held to the gradebook (tests/grading/test_classroom.py).
 """
@@ -29,26 +29,32 @@ def page_text(page: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
-def without_tests(nb):
-    """A copy of ``nb`` with every test cell deleted, as a learner might; and their grade ids."""
-    tests = {grade_id(cell) for cell in ck.nbgrader_cells(nb, "test")}
+def without_tests(nb, *, read_only: bool = False):
+    """A copy of ``nb`` with every test cell deleted, as a learner might (with ``read_only``, every
+    read-only code cell too: a referee's code); and their grade ids."""
+    gone = {grade_id(cell) for cell in ck.nbgrader_cells(nb, "test")}
+    if read_only:
+        gone |= {grade_id(c) for c in ck.nbgrader_cells(nb, "read-only") if c.cell_type == "code"}
     copy = nbformat.from_dict(nb)
-    copy.cells = [cell for cell in copy.cells if grade_id(cell) not in tests]
-    return copy, tests
+    copy.cells = [cell for cell in copy.cells if grade_id(cell) not in gone]
+    return copy, gone
 
 
 def deleted_tests_submission(lesson: str):
-    """The solution's answers with every test cell deleted: it must still score full marks."""
+    """The solution's answers with every test cell and read-only code cell deleted: it must still
+    score full marks."""
     answered = ck.submission_from(ck.read(ck.student_path(lesson)), ck.solution_answers(lesson))
-    return without_tests(answered)[0]
+    return without_tests(answered, read_only=True)[0]
 
 
 def restored_after(graded, released) -> list[str]:
-    """Test cells of ``graded`` whose cell before is not the one before them in ``released``."""
+    """Test and read-only code cells of ``graded`` whose cell before is not the one before them in
+    ``released``."""
     before = {
         grade_id(c): released.cells[i - 1].id for i, c in enumerate(released.cells) if grade_id(c)
     }
     tests = {grade_id(c) for c in ck.nbgrader_cells(graded, "test")}
+    tests |= {grade_id(c) for c in ck.nbgrader_cells(graded, "read-only") if c.cell_type == "code"}
     return [
         grade_id(c)
         for i, c in enumerate(graded.cells)

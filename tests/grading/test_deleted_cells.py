@@ -1,5 +1,5 @@
-"""Fair to slips: a test cell the learner deleted comes back where it was, and a right answer keeps
-its points.
+"""Fair to slips: a test cell or a read-only code cell the learner deleted comes back where it was,
+and a right answer keeps its points.
 
 nbgrader restores a deleted grade cell after the nearest nbgrader cell before it; a test that needs
 an ungraded cell between its answer and itself (a %%writefile cell) would then run too early. The
@@ -22,12 +22,13 @@ LESSONS = ck.lessons()
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_deleted_tests_go_back(lesson):
-    """Every deleted test cell of ``lesson`` goes back where it was in the released notebook."""
+    """Every deleted test cell and read-only code cell of ``lesson`` goes back where it was in the
+    released notebook."""
     released = ck.read(ck.student_path(lesson))
-    submitted, tests = gk.without_tests(released)
-    assert tests, f"{lesson} has no test cell"
+    submitted, gone = gk.without_tests(released, read_only=True)
+    assert gone, f"{lesson} has no test cell"
     for cell in released.cells:  # in the released order, as RestoreCells does
-        if grade_id(cell) in tests:
+        if grade_id(cell) in gone:
             submitted.cells.insert(
                 restore_position(released.cells, submitted.cells, grade_id(cell)), cell
             )

@@ -77,14 +77,18 @@ def restore_position(released: list, cells: list, wanted: str) -> int:
     return 0
 
 
+PUT_BACK = "# The grader put back this read-only cell"  # the first line of a restored one
+
+
 class RestoreCells(OverwriteCells):
     """nbgrader's OverwriteCells; a deleted grade cell comes back where it was in the released
-    notebook.
+    notebook, and so does a deleted read-only code cell (a referee cell the tests need).
 
-    nbgrader puts it after the nearest nbgrader cell before it, so a test cell would land above an
-    ungraded cell it needs (a %%writefile cell between the answer and its test): the right answer
-    would lose its points. OverwriteCells itself gives every locked cell (a test, a referee cell)
-    its source's code back.
+    nbgrader puts a grade cell after the nearest nbgrader cell before it, so a test cell would land
+    above an ungraded cell it needs (a %%writefile cell between the answer and its test): the right
+    answer would lose its points; and it never restores a read-only cell, so a deleted referee
+    would fail every test after it. OverwriteCells itself gives every locked cell (a test, a referee
+    cell) its source's code back.
     """
 
     def _released(self, resources) -> list | None:
@@ -103,35 +107,61 @@ class RestoreCells(OverwriteCells):
                 return nbformat.read(path, as_version=4).cells
         return None
 
-    def add_missing_grade_cells(self, nb, resources):
-        import nbformat
+    def _read_only(self, cell) -> dict:
+        """A deleted read-only code cell as it was released, said restored in a comment."""
+        from nbgrader.nbgraderformat import MetadataValidator
 
+        note = f"{PUT_BACK} ({cell.name}), deleted here.\n"
+        meta = {"grade": False, "solution": False, "locked": True, "grade_id": cell.name}
+        restored = {
+            "cell_type": "code",
+            "metadata": {"deletable": False, "editable": False, "nbgrader": meta},
+            "source": note + cell.source,
+            "execution_count": None,
+            "outputs": [],
+        }
+        return MetadataValidator().upgrade_cell_metadata(nbformat_node(restored))
+
+    def add_missing_grade_cells(self, nb, resources):
         released = self._released(resources)
         if released is None:
             return super().add_missing_grade_cells(nb, resources)
         source = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
-        cells = {cell.name: cell for cell in source.source_cells}
+        grades = {grade.name: grade for grade in source.grade_cells}
         solutions = {cell.name for cell in source.solution_cells}
         order = [grade_id(cell) for cell in released]
         place = {name: i for i, name in enumerate(order) if name}
-        for grade in sorted(source.grade_cells, key=lambda g: place.get(g.name, len(order))):
-            present = {grade_id(cell) for cell in nb.cells}
-            if grade.name in present or grade.name not in place:
+        wanted = [
+            cell
+            for cell in source.source_cells
+            if cell.name in grades
+            or (cell.locked and cell.cell_type == "code" and cell.name not in solutions)
+        ]
+        for cell in sorted(wanted, key=lambda c: place.get(c.name, len(order))):
+            present = {grade_id(c) for c in nb.cells}
+            if cell.name in present or cell.name not in place:
                 continue
-            self.log.warning(
-                "Missing grade cell %s encountered, adding it back where it was", grade.name
-            )
-            missing = self.missing_cell_transform(
-                cells[grade.name], grade.max_score, is_solution=grade.name in solutions
-            )
-            cell = nbformat.from_dict(missing)
-            cell_id = released[place[grade.name]].get("id")
+            self.log.warning("Missing cell %s encountered, adding it back where it was", cell.name)
+            grade = grades.get(cell.name)
+            if grade is None:
+                missing = self._read_only(cell)
+            else:
+                missing = self.missing_cell_transform(
+                    cell, grade.max_score, is_solution=cell.name in solutions
+                )
+            missing = nbformat_node(missing)
+            cell_id = released[place[cell.name]].get("id")
             if cell_id and cell_id not in {c.get("id") for c in nb.cells}:
-                cell["id"] = cell_id
-            nb.cells.insert(restore_position(released, nb.cells, grade.name), cell)
-        return super().add_missing_grade_cells(
-            nb, resources
-        )  # what is still missing: nbgrader's placement
+                missing["id"] = cell_id
+            nb.cells.insert(restore_position(released, nb.cells, cell.name), missing)
+        # what is still missing: nbgrader's placement
+        return super().add_missing_grade_cells(nb, resources)
+
+
+def nbformat_node(cell):
+    import nbformat
+
+    return nbformat.from_dict(cell)
 
 
 class SaveAutoGrades(_SaveAutoGrades):
