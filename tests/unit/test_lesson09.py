@@ -154,14 +154,25 @@ def test_batch_log_records_each_pass_once_with_autograd_and_start():
     assert not torch.nn.modules.module._global_forward_pre_hooks  # removed on exit
 
 
-def test_batch_log_sees_a_compiled_model_once_per_pass():
+@pytest.mark.parametrize("compiled", ["model", "step"])
+def test_batch_log_sees_each_compiled_pass_once(compiled):
+    """A compiled model, or a whole compiled training step (its hooks would be traced away but for
+    torch.compiler.disable): one record per pass."""
     nb = notebook()
-    model = torch.compile(gpucourse.SmallCNN(width=4), backend="eager")
+    torch._dynamo.reset()
+    model = gpucourse.SmallCNN(width=4)
+    if compiled == "model":
+        model = torch.compile(model, backend="eager")
+
+    def step(images):
+        model(images).sum().backward()
+
+    step = torch.compile(step, backend="eager") if compiled == "step" else step
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # compiling with global hooks on warns about them
         with nb["BatchLog"]() as log:
             for _ in range(3):
-                model(torch.rand(4, 3, 32, 32)).sum().backward()
+                step(torch.rand(4, 3, 32, 32))
     assert len(log.training()) == 3 and all(len(sums) == 4 for sums in log.training())
 
 
