@@ -224,7 +224,7 @@ Diagnosis:
   [warning] /dev/shm holds only 64 MiB (Docker gives a container 64 unless told otherwise): \
 DataLoader workers (num_workers > 0, lessons 03 and 05) hand their batches over through it, and \
 one that does not fit kills the worker with a bus error.
-      fix: Start the container with `--ipc=host` or `--shm-size=1g` or more (`docker run`, \
+      fix: Start the container with `--ipc=host` or `--shm-size=2g` or more (`docker run`, \
 `podman run`), or set num_workers=0 in the loader cells.
   [error] PyTorch 2.14.1+cpu is a CPU-only build, but the driver sees 1 GPU(s).
       fix: Install a build for CUDA 12.8 or older with the pip command at \

@@ -24,7 +24,9 @@ from pathlib import Path
 CPU_ADVICE = (
     "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` says why."
 )
-SHM_NEEDED_MIB = 1024  # lesson 09's decode workers: 8 workers x prefetch 2 x 12.6 MB batches
+SHM_NEEDED_MIB = (
+    1024  # lesson 05 at GPU sizes: 8 workers x 2 prefetched x 48 MiB (the doctor agrees)
+)
 NVML = ["nvml.dll"] if sys.platform == "win32" else ["libnvidia-ml.so.1", "libnvidia-ml.so"]
 
 
