@@ -392,3 +392,33 @@ def test_the_dlpack_check_wants_the_same_pointer_on_the_gpu(capsys):
     ns["tensor"] = types.SimpleNamespace(is_cuda=True, data_ptr=lambda: 5678)  # a copy
     exec(check("torch.from_dlpack wraps"), ns)
     assert "GPU claim FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (
+            "for size, plain, fast in sorted(zip(sizes, plain_s, accelerated_s)):\n"
+            "        if fast < plain:\n            return size\n    return None",
+            "a win at a small size followed by a loss",
+        ),
+        (
+            "wins = None\n    rows = list(zip(sizes, plain_s, accelerated_s))\n"
+            "    for size, plain, fast in reversed(rows):\n"
+            "        if fast >= plain:\n            break\n        wins = size\n    return wins",
+            "sort them",
+        ),
+    ],
+)
+def test_the_visible_test_of_exercise_2_catches_the_naive_answers(wrong, message):
+    """The first size where the GPU wins, or the sizes in the order given: the visible test says
+    which, before any hidden test runs."""
+    namespace = {}
+    exec(f"def gpu_wins_from(sizes, plain_s, accelerated_s):\n    {wrong}", namespace)
+    with pytest.raises(AssertionError, match=message):
+        exec(
+            ck.code_cell("10_gpu_dataframes", "gpu_wins_from([10, 100, 1000]").split(
+                "### BEGIN HIDDEN TESTS"
+            )[0],
+            namespace,
+        )
