@@ -79,6 +79,15 @@ def test_lesson_09_other_right_routes_keep_their_marks(fixture, machine):
 
 
 @pytest.mark.slow
+def test_lesson_09_a_settings_mistake_costs_exercise_2_alone_on_a_t4():
+    """Blocking copies in the settings (a CPU habit) are Exercise 2's mistake: on a GPU grader the
+    grader's own epoch, which Exercise 4 runs, still copies asynchronously, so they cost Exercise 4
+    nothing; the epoch's kept graph costs Exercise 3."""
+    result = rehearse("09_make_it_fast", "t4", fixture="keeps_graph")
+    assert set(result.errors) == {"test_fast_settings", "test_fast_epoch"}, result.errors
+
+
+@pytest.mark.slow
 def test_lesson_05_on_a_gpu_without_dali():
     """A machine without DALI: its exercises cannot run (the machine's gap, said so), exactly the
     cells a GPU grader expects to score 0 there (ck.gap_expectations), and no GPU check passes or
