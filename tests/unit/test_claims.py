@@ -301,17 +301,20 @@ def test_lesson_04_checks(strict):
         }
         return {"fp32": fp32, "AMP float16": amp}
 
-    right = dict(measured=runs(45.0, 955.0, 1350.0), amp_name="AMP float16")
+    right = dict(measured=runs(45.0, 955.0, 1350.0), amp_name="AMP float16", faster=1.2)
     for title in (
-        "mixed precision is at least 1.2x faster",
+        "mixed precision is at least 1.2x as fast",
         "saves 1% to 15% less",
         "at most 25% above",
     ):
         strict(lesson, title, **right)
-    off = dict(measured=runs(88.0, 1000.0, 1400.0), amp_name="AMP float16")  # autocast not applied
-    for title in ("mixed precision is at least 1.2x faster", "saves 1% to 15% less"):
+    # autocast not applied: 90 / 88 ms
+    off = dict(measured=runs(88.0, 1000.0, 1400.0), amp_name="AMP float16", faster=1.2)
+    for title in ("mixed precision is at least 1.2x as fast", "saves 1% to 15% less"):
         with pytest.raises(RuntimeError):
             strict(lesson, title, **off)
+    # on a memory-bound card (an L4) the claim asks "not slower" only
+    strict(lesson, "mixed precision is at least 1.2x as fast", **{**off, "faster": 1.0})
     strict(lesson, "at most 25% above", measured=runs(45.0, 955.0, 1000.0), amp_name="AMP float16")
 
     curves = {"fp32": [2.0] * 50 + [0.5, 0.7] * 5, "AMP float16": [2.0] * 50 + [0.7, 0.5] * 5}

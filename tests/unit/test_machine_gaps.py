@@ -23,7 +23,8 @@ def test_without_dali_exactly_the_dali_exercises_score_zero():
 
 def test_without_a_compiler_the_inductor_fixture_is_not_judged():
     zero, left_out = ck.gap_expectations("09_make_it_fast", {ck.COMPILER: "no C compiler"})
-    assert zero == {} and set(left_out) == {"right_compiled_data_on_device"}, (zero, left_out)
+    compiled = {"right_compiled_data_on_device", "right_compiled_step"}  # Inductor on CUDA
+    assert zero == {} and set(left_out) == compiled, (zero, left_out)
     # lesson 08's fixtures call torch.compile with the backend its tests pass: judged anyway
     assert ck.gap_expectations("08_profile_and_compile", {ck.COMPILER: "no C compiler"}) == ({}, {})
 

@@ -108,10 +108,12 @@ class RestoreCells(OverwriteCells):
         return None
 
     def _read_only(self, cell) -> dict:
-        """A deleted read-only code cell as it was released, said restored in a comment."""
+        """A deleted read-only code cell as it was released, said restored in a first comment line
+        (none before a cell magic such as %%writefile, which must come first)."""
         from nbgrader.nbgraderformat import MetadataValidator
 
         note = f"{PUT_BACK} ({cell.name}), deleted here.\n"
+        note = "" if cell.source.startswith("%%") else note  # a cell magic must stay its first line
         meta = {"grade": False, "solution": False, "locked": True, "grade_id": cell.name}
         restored = {
             "cell_type": "code",
