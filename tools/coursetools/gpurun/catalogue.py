@@ -10,14 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+from ..text import cell_python
 from .steps import cell_parts, code_cells
-
-
-def _python(code: str) -> str:
-    """A cell's code without IPython's magics and shell lines, which are not Python."""
-    return "\n".join(
-        "" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines()
-    )
 
 
 def _is_claim(call: ast.Call) -> bool:
@@ -53,7 +47,7 @@ def lesson_claims(notebook: Path) -> list[dict]:
         zip(code_cells(notebook), cell_parts(notebook), strict=True)
     ):
         try:
-            tree = ast.parse(_python(code))
+            tree = ast.parse(cell_python(code))
         except SyntaxError:
             continue
         for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_claim(n)):

@@ -18,27 +18,17 @@ import ast
 import importlib
 import inspect
 
+from coursetools.text import cell_python
+
 # The modules a test judges with; their callables are the referee's.
 MODULES = ("torch", "time", "warnings", "sys", "builtins", "gc", "os", "gpucourse", "numpy")
 PATCHERS = {"patch", "object", "setattr", "delattr", "setitem"}  # unittest.mock.patch.object, ...
 
 
-NOT_PYTHON = ("%%writefile", "%%file", "%%bash", "%%sh", "%%script", "%%html", "%%javascript")
-
-
-def _python(code: str) -> str:
-    """A cell's code without IPython's magics and shell lines; nothing for a cell whose magic
-    makes it no Python in the kernel (`%%writefile` writes a script another process runs)."""
-    if code.lstrip().startswith(NOT_PYTHON):
-        return ""
-    lines = code.splitlines()
-    return "\n".join("" if s.lstrip().startswith(("%", "!")) else s for s in lines)
-
-
 def _defined(code: str) -> set[str]:
     """The functions and classes a cell defines at its top level."""
     try:
-        tree = ast.parse(_python(code))
+        tree = ast.parse(cell_python(code))
     except SyntaxError:
         return set()
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -99,7 +89,7 @@ def _targets(node: ast.AST) -> list[ast.AST]:
 def answer_flags(code: str, referee: set[str], aliases: dict[str, str]) -> list[tuple[int, str]]:
     """(line, what) for each rebinding of the referee in one answer cell's code."""
     try:
-        tree = ast.parse(_python(code))
+        tree = ast.parse(cell_python(code))
     except SyntaxError:
         return []
     found = []
@@ -135,7 +125,7 @@ def _aliases(code: str) -> dict[str, str]:
     """The names a cell's imports bind to judged modules: ``np`` -> ``numpy``."""
     found = {}
     try:
-        tree = ast.parse(_python(code))
+        tree = ast.parse(cell_python(code))
     except SyntaxError:
         return found
     for node in ast.walk(tree):
