@@ -122,3 +122,17 @@ def _check_speedup(course, lesson: str) -> None:
     assert (row.speedup or 0) > 0, "the class table shows the speed-up the solution measured"
     (line,) = [line for line in table.show(data).splitlines() if line.startswith("solution ")]
     assert f"{row.speedup:.2f}x" in line, line
+
+
+def test_parallel_graders_wait_for_the_gradebook(tmp_path):
+    """Graders run side by side share one SQLite gradebook: a write waits a minute for another
+    instead of failing "database is locked"; a student left without a score is told why."""
+    from coursetools.grading.config import GRADEBOOK_WAIT_S, gradebook_url
+    from sqlalchemy import create_engine
+
+    engine = create_engine(gradebook_url(tmp_path))
+    _, connect = engine.dialect.create_connect_args(engine.url)
+    assert connect["timeout"] == GRADEBOOK_WAIT_S and engine.url.database.startswith(str(tmp_path))
+    locked = "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked"
+    assert "--jobs 1" in table.why_failed(f"Traceback ...\n{locked}\n")
+    assert table.why_failed("...\nRuntimeError: no kernel\n").endswith("RuntimeError: no kernel")

@@ -1,11 +1,24 @@
-"""``configure(c)``: the grading settings the course's nbgrader_config.py applies."""
+"""``configure(c, root)``: the grading settings the course's nbgrader_config.py applies."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
-def configure(c) -> None:
+# How long a gradebook write waits for another to finish (seconds). Several `nbgrader autograde`
+# processes share one SQLite gradebook; sqlite3's default of 5 s ends in "database is locked".
+GRADEBOOK_WAIT_S = 60
+
+
+def gradebook_url(root: Path) -> str:
+    """The gradebook in ``root``, with a write that waits for another (SQLAlchemy passes ``timeout``
+    to ``sqlite3.connect``)."""
+    return f"sqlite:///{Path(root).resolve() / 'gradebook.db'}?timeout={GRADEBOOK_WAIT_S}"
+
+
+def configure(c, root: Path | None = None) -> None:
     """Autograde with GradingExecute and RestoreCells, feedback without hidden tests, Validate
-    judging by raising."""
+    judging by raising; the gradebook in ``root`` (the config file's folder), its writes waiting
+    for each other."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import (
@@ -25,6 +38,8 @@ def configure(c) -> None:
     )
     from coursetools.grading.execute import GradingExecute
 
+    if root is not None:
+        c.CourseDirectory.db_url = gradebook_url(root)
     c.Autograde.autograde_preprocessors = [
         GradingExecute,
         IgnorePattern,
@@ -34,12 +49,10 @@ def configure(c) -> None:
         AssignLatePenalties,
         CheckCellMetadata,
     ]
-    c.OverwriteCells.add_missing_cells = (
-        True  # a deleted test cell comes back from the source, hidden tests too
-    )
-    sanitize = Autograde.class_traits()[
-        "sanitize_preprocessors"
-    ].default()  # nbgrader's, with RestoreCells
+    # a deleted test cell comes back from the source, hidden tests too
+    c.OverwriteCells.add_missing_cells = True
+    # nbgrader's own sanitizers, with RestoreCells
+    sanitize = Autograde.class_traits()["sanitize_preprocessors"].default()
     c.Autograde.sanitize_preprocessors = [
         RestoreCells if pp is OverwriteCells else pp for pp in sanitize
     ]

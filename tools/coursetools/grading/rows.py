@@ -44,7 +44,7 @@ class Row:
 
     student: str
     status: str = NOT_GRADED  # GRADED, NOT_GRADED (not in the gradebook) or UNREADABLE
-    why: str = ""  # for UNREADABLE: what autograde could not read
+    why: str = ""  # UNREADABLE: what autograde could not read; NOT_GRADED: why no score
     score: float | None = None  # the gradebook's total, hand-graded answers included
     max_score: float = 0.0
     waiting: float = 0.0  # points of the written answers still waiting for a person

@@ -86,15 +86,17 @@ def grade(course: Path, lesson: str, *, jobs: int, extra: list[str]) -> ClassRow
         p.parent.name for p in (course / "submitted").glob(f"*/{lesson}") if p.is_dir()
     )
 
+    failures: dict[str, str] = {}
+
     def one(student: str) -> tuple[str, float]:
         started = time.monotonic()
-        for _ in range(
-            3
-        ):  # two nbgraders writing the gradebook at once: sqlite says "database is locked"
-            result = _nbgrader(course, "autograde", lesson, "--student", student, "--force", *extra)
-            if "database is locked" not in result.stderr:
-                break
+        args = ("autograde", lesson, "--student", student, "--force", *extra)
+        result = _nbgrader(course, *args)
+        # the gradebook's writes wait a minute for each other (grading.config); past that, once more
+        if "database is locked" in result.stderr:
+            result = _nbgrader(course, *args)
         if result.returncode != 0:
+            failures[student] = why_failed(result.stderr)
             print(
                 f"{student}: nbgrader autograde failed:\n{result.stderr[-2000:]}", file=sys.stderr
             )
@@ -106,7 +108,19 @@ def grade(course: Path, lesson: str, *, jobs: int, extra: list[str]) -> ClassRow
     times[lesson] = {**times.get(lesson, {}), **{s: round(t, 1) for s, t in seconds.items()}}
     (course / REPORTS).mkdir(exist_ok=True)
     (course / REPORTS / TIMES).write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
-    return class_rows(course, lesson)
+    data = class_rows(course, lesson)
+    for row in data.rows:
+        if row.status == NOT_GRADED and row.student in failures:
+            row.why = failures[row.student]
+    return data
+
+
+def why_failed(stderr: str) -> str:
+    """One line for the class table: why nbgrader autograde left a submission without a score."""
+    if "database is locked" in stderr:
+        return "the gradebook stayed locked by other graders: grade again with --jobs 1"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return f"nbgrader autograde failed: {lines[-1][:120]}" if lines else "nbgrader autograde failed"
 
 
 def main(argv: list[str] | None = None) -> int:
