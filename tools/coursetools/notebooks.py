@@ -5,9 +5,11 @@
 
 solutions/ is the single source of truth; notebooks/ is never edited by hand.
 Generation runs `nbgrader generate_assignment` in a scratch copy of the
-course and copies the results into notebooks/. A student notebook that has
-changes of its own (a learner's answers) is saved to backups/ before it is
-replaced: regeneration never loses what somebody typed.
+course and copies the results into notebooks/. A student notebook about to
+be replaced by a different one is first saved to backups/<time>/notebooks/...
+(one line says where), unless git shows it is the committed copy, unedited:
+in a ZIP download or a copied folder every such notebook is saved, so
+regeneration never loses what somebody typed.
 
 --refresh-checked executes each solution notebook and stores the outputs of
 the cells tagged `nbval-check-output` (and only those): they are what
@@ -74,32 +76,53 @@ def generate(course_dir: Path, only: list[str] | None = None) -> None:
         )
 
 
-def _committed(path: Path) -> bytes | None:
-    rel = path.relative_to(ROOT).as_posix()
-    result = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True)
-    return result.stdout if result.returncode == 0 else None
+def _committed_unedited(path: Path, root: Path) -> bool:
+    """True only when git, asked in ``root``, shows ``path`` is tracked and byte for byte its
+    committed version. No git, no checkout, an untracked or a changed file: False."""
+    rel = path.relative_to(root).as_posix()
+    try:
+        # "HEAD:./rel" is the file's own path, also where root is a folder inside a checkout.
+        shown = subprocess.run(
+            ["git", "show", f"HEAD:./{rel}"], cwd=root, capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return shown.returncode == 0 and path.read_bytes() == shown.stdout
 
 
-def _edited(path: Path) -> bool:
-    """True when ``path`` differs from its committed version (a file git does not know is not a
-    learner's)."""
-    committed = _committed(path)
-    return committed is not None and path.read_bytes() != committed
+def _backup(old: Path, root: Path, stamp: str) -> Path:
+    """Copy ``old`` to backups/<stamp>/<its path in root>; an identical copy already there is
+    reused, so running twice never piles up the same backup."""
+    rel = old.relative_to(root)
+    content = old.read_bytes()
+    for earlier in sorted((root / "backups").glob(f"*/{rel.as_posix()}")):
+        if earlier.is_file() and earlier.read_bytes() == content:
+            return earlier
+    folder, n = root / "backups" / stamp, 1
+    while (folder / rel).exists():  # a backup made within the same second: never overwrite it
+        folder, n = root / "backups" / f"{stamp}-{n}", n + 1
+    backup = folder / rel
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(old, backup)
+    return backup
 
 
-def sync(generated: Path, target: Path) -> list[Path]:
-    """Copy generated notebooks into ``target``, backing up any with changes of their own."""
+def sync(generated: Path, target: Path, root: Path = ROOT) -> list[tuple[Path, Path]]:
+    """Copy generated files into ``target`` (a folder inside ``root``). A file that differs from
+    its replacement is first backed up in root/backups/, unless git shows it is the committed
+    copy, unedited. Returns (file, its backup) pairs."""
     saved = []
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for new in sorted(generated.rglob("*")):
         if not new.is_file():
             continue
         old = target / new.relative_to(generated)
-        if old.exists() and not filecmp.cmp(old, new, shallow=False) and _edited(old):
-            backup = ROOT / "backups" / stamp / old.relative_to(ROOT)
-            backup.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(old, backup)
-            saved.append(backup)
+        if (
+            old.is_file()
+            and not filecmp.cmp(old, new, shallow=False)
+            and not _committed_unedited(old, root)
+        ):
+            saved.append((old, _backup(old, root, stamp)))
         old.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(new, old)
     return saved
@@ -150,8 +173,12 @@ def main(argv: list[str]) -> int:
         course = copy_course(Path(scratch))
         generate(course, chosen)
         for lesson in chosen:
-            for path in sync(course / "notebooks" / lesson, ROOT / "notebooks" / lesson):
-                print(f"your edits were saved to {path.relative_to(ROOT)}")
+            generated, target = course / "notebooks" / lesson, ROOT / "notebooks" / lesson
+            for old, backup in sync(generated, target, root=ROOT):
+                print(
+                    f"{old.relative_to(ROOT)} differed from the new version: your copy is in "
+                    f"{backup.relative_to(ROOT)}"
+                )
     print(f"generated notebooks/ for {', '.join(chosen)}")
     return 0
 
