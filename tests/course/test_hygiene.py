@@ -316,3 +316,60 @@ def test_no_text_mentions_issue_numbers_or_reviews():
             for m in INTERNAL.finditer(text)
         ]
     assert not found, "internal references in text learners and users read:\n" + "\n".join(found)
+
+
+# A repository path as docs and comments name it: under a top folder, `NN_topic`, `topic` or `<...>`
+# standing for any name.
+REPO_PATH = re.compile(
+    r"(?<![\w./<-])((?:utils|tools|tests|docs|solutions|notebooks|binder|colab|\.ci)/[\w.*<>/-]*[\w*>])"
+)
+
+
+def _prose(path: Path):
+    """(line, text) of what a reader reads as prose: a markdown file's lines outside code blocks, a
+    Python file's comments and docstrings, a Makefile's comments."""
+    import ast
+    import io
+    import tokenize
+
+    text = path.read_text()
+    if path.suffix == ".md":
+        fenced = False
+        for number, line in enumerate(text.splitlines(), 1):
+            fenced ^= line.lstrip().startswith("```")
+            if not fenced and not line.startswith("    "):
+                yield number, line
+    elif path.suffix == ".py":
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.string
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                if doc := ast.get_docstring(node, clean=False):
+                    yield getattr(node, "lineno", 1), doc
+    else:
+        yield from ((n, line) for n, line in enumerate(text.splitlines(), 1) if "#" in line)
+
+
+def test_every_path_the_docs_and_comments_name_exists():
+    """A file moved or deleted takes its mentions with it: README, CONTRIBUTING, docs/, the
+    Makefile, and the comments and docstrings of the helper, the tools and the tests."""
+    root = ck.ROOT
+    texts = [
+        root / "README.md",
+        root / "CONTRIBUTING.md",
+        root / "Makefile",
+        *root.glob("docs/**/*.md"),
+        *root.glob("utils/gpucourse/*.py"),
+        *root.glob("tools/**/*.py"),
+        *(p for p in root.glob("tests/**/*.py") if "fixtures" not in p.parts),
+    ]
+    missing = []
+    for path in texts:
+        for number, text in _prose(path):
+            for match in REPO_PATH.finditer(text):
+                named = match.group(1).rstrip("/.")
+                pattern = re.sub(r"<[^>]*>|NN_topic|(?<=/)topic(?=\.)|NN", "*", named)
+                if not any(root.glob(pattern)):
+                    missing.append(f"{path.relative_to(root)}:{number}: {named}")
+    assert not missing, "named, but not in the repository:\n" + "\n".join(missing)
