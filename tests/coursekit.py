@@ -465,9 +465,8 @@ def sandbox_course(tmp: Path, source: nbformat.NotebookNode | None = None) -> Pa
     course = tmp / "course"
     (course / "source" / SANDBOX_ASSIGNMENT).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    with open(
-        course / "nbgrader_config.py", "a"
-    ) as config:  # a scratch layout: source/ and release/
+    # a scratch layout: source/ and release/
+    with open(course / "nbgrader_config.py", "a") as config:
         config.write(
             '\nc.CourseDirectory.source_directory = "source"'
             '\nc.CourseDirectory.release_directory = "release"\n'

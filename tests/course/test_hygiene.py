@@ -111,9 +111,10 @@ def test_exercises_follow_the_conventions(lesson):
         assert "### BEGIN HIDDEN TESTS" in cell.source, (
             f"{cell.metadata.nbgrader.grade_id} needs hidden tests"
         )
+        # what the student notebook shows, wherever the hidden block sits
         visible = re.sub(
             r"### BEGIN HIDDEN TESTS.*?(### END HIDDEN TESTS|$)", "", cell.source, flags=re.S
-        )  # what the student notebook shows, wherever the hidden block sits
+        )
         assert "assert" in visible, "learners get visible tests too"
 
 

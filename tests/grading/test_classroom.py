@@ -81,9 +81,8 @@ class Classroom:
                 f"c.Exchange.root = {str(self.exchange)!r}",
             ]
             if who != "instructor":
-                lines.append(
-                    f"c.CourseDirectory.student_id = {who!r}"
-                )  # on JupyterHub: the user name
+                # on JupyterHub: the user name
+                lines.append(f"c.CourseDirectory.student_id = {who!r}")
                 (self.home(who) / "work").mkdir(parents=True)
             config = self.home(who) / ".jupyter" / "nbgrader_config.py"
             config.parent.mkdir(parents=True)
@@ -188,9 +187,8 @@ def test_classroom_loop(tmp_path):
         "copies the rest of the class's notebooks (and their time stamps) into submitted/",
     )
     released, solution = ck.read(ck.student_path(LESSON)), ck.solution_answers(LESSON)
-    stamp = (
-        room.course / "submitted" / "alice" / LESSON / "timestamp.txt"
-    ).read_text()  # as collect writes it
+    # as collect writes it
+    stamp = (room.course / "submitted" / "alice" / LESSON / "timestamp.txt").read_text()
     rest = {"untouched": (released, None)}
     for fixture in ck.fixtures(LESSON):
         if fixture.name != PARTLY_WRONG:
@@ -232,10 +230,8 @@ def test_classroom_loop(tmp_path):
         gb.db.commit()
 
     room.nbgrader("instructor", "generate_feedback", LESSON)
-    for student in (
-        "alice",
-        "bob",
-    ):  # the rest of the class did not hand in through the exchange: no feedback there
+    # the rest of the class did not hand in through the exchange: no feedback there
+    for student in ("alice", "bob"):
         room.nbgrader("instructor", "release_feedback", LESSON, f"--student={student}")
     room.nbgrader("instructor", "export")
     room.nbgrader("bob", "fetch_feedback", LESSON)

@@ -30,10 +30,8 @@ from coursetools.text import strip_ansi
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 ASSIGNMENT, NOTEBOOK = "00_report", "quiz"
-CELLS = {
-    "test_add": 1.0,
-    "test_mul": 2.0,
-}  # test cells and their points; "why" is a written answer of 2 points
+# test cells and their points; "why" is a written answer of 2 points
+CELLS = {"test_add": 1.0, "test_mul": 2.0}
 SAME = "AssertionError: add(2, 2) must be 4"
 # student -> (score of each test cell or its error, written answer's score: None waits for a person)
 CLASS = {
@@ -42,10 +40,8 @@ CLASS = {
     "cy": ({"test_add": SAME, "test_mul": f"{TIMEOUT}: test_mul gave no reply within 120 s"}, 1.0),
     "dee": ({"test_add": 1.0, "test_mul": f"{DIED}: the kernel died while running test_mul"}, None),
 }
-UNREADABLE = {
-    "eve": b"",
-    "fay": b"my answers are in the email\n",
-}  # submitted files autograde could not read
+# submitted files autograde could not read
+UNREADABLE = {"eve": b"", "fay": b"my answers are in the email\n"}
 # what lesson 09's locked cell prints
 MEASURED = "fast_train speed-up over the baseline: {}x on cpu (1.5 s -> 0.8 s)\n"
 
@@ -89,9 +85,8 @@ def synthetic_course(tmp: Path) -> Path:
     course = tmp / "course"
     course.mkdir()
     with _gradebook(course) as gb, warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # SQLAlchemy's about nbgrader's own add_submission, as autograde gets them
+        # SQLAlchemy's about nbgrader's own add_submission, as autograde gets them
+        warnings.simplefilter("ignore")
         gb.add_assignment(ASSIGNMENT)
         gb.add_notebook(NOTEBOOK, ASSIGNMENT)
         for name, points in CELLS.items():
@@ -102,9 +97,8 @@ def synthetic_course(tmp: Path) -> Path:
             gb.add_student(student)
             gb.add_submission(ASSIGNMENT, student)
             results, written = CLASS.get(student, ({}, None))
-            for name in (
-                CELLS
-            ):  # what autograde leaves where it could not read: every cell waits for a person
+            # what autograde leaves where it could not read: every cell waits for a person
+            for name in CELLS:
                 g = gb.find_grade(name, NOTEBOOK, ASSIGNMENT, student)
                 result = results.get(name)
                 g.auto_score = result if isinstance(result, float) else 0.0

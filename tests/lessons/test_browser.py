@@ -56,10 +56,8 @@ import pytest
 from browserkit import chromium_page, failure_screenshot, screenshot, why_no_browser
 
 LESSON = "01_verify_gpu"
-PLOT_NEEDS = (
-    "stopwatch",
-    "matmul_tflops",
-)  # the exercises whose answers the lesson's plot (plots.bars(rates...)) uses
+# the exercises whose answers the lesson's plot (plots.bars(rates...)) uses
+PLOT_NEEDS = ("stopwatch", "matmul_tflops")
 DOCS_SCREENSHOT = ck.ROOT / "docs" / "lesson01-jupyterlab.png"
 RUN_TIMEOUT_S = (
     300  # the lesson's cells take about 45 s on 2 cores; TensorFlow's first import is the slow part
@@ -101,6 +99,7 @@ def jupyter_lab(root: Path, scratch: Path):
         JUPYTERLAB_WORKSPACES_DIR=str(scratch / "workspaces"),
     )
     log = (scratch / "jupyter-lab.log").open("w")
+    # CI containers run as root
     server = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "jupyter"),
@@ -114,7 +113,7 @@ def jupyter_lab(root: Path, scratch: Path):
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the tests open notebooks
             *(["--allow-root"] if os.geteuid() == 0 else []),
-        ],  # CI containers run as root
+        ],
         cwd=root,
         env=env,
         stdout=log,

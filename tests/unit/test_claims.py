@@ -152,9 +152,8 @@ def test_deferred_strict_mode_prints_and_records_a_failed_claim_and_goes_on(
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU")
     monkeypatch.setenv(claims.DEFER_VAR, "1")
     assert claims.claim("pinned copies are faster", 0.8, device="cuda:0", at_least=1.0) is False
-    assert (
-        "GPUCOURSE_CLAIMS_DEFER" not in capsys.readouterr().out
-    )  # not strict: the usual FAIL line only
+    # not strict: the usual FAIL line only
+    assert "GPUCOURSE_CLAIMS_DEFER" not in capsys.readouterr().out
 
 
 def test_a_claim_whose_measurement_did_not_happen_neither_passes_nor_fails(

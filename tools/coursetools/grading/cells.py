@@ -51,9 +51,8 @@ def restore_position(released: list, cells: list, wanted: str) -> int:
     after the nearest cell before it in ``released`` that ``cells`` still holds (the same cell id,
     grade id or source), else first."""
 
-    def matches(
-        before,
-    ) -> list[list[int]]:  # by cell id, by grade id, by source: the first that finds it wins
+    # by cell id, by grade id, by source: the first that finds it wins
+    def matches(before) -> list[list[int]]:
         same_id = [
             i for i, c in enumerate(cells) if before.get("id") and c.get("id") == before.get("id")
         ]

@@ -123,9 +123,8 @@ class GradingExecute(Execute):
         with tempfile.TemporaryDirectory(prefix="grade-", dir=tmp) as runtime:
             self._runtime = runtime
             while True:
-                super().preprocess(
-                    nb, resources, km
-                )  # runs the cells through preprocess_cell below
+                # runs the cells through preprocess_cell below
+                super().preprocess(nb, resources, km)
                 if self._died_at is None:
                     break
                 killers.append(self._died_at)
@@ -174,10 +173,8 @@ class GradingExecute(Execute):
         if self._died_at is not None or (
             cell.get("outputs") and cell.outputs[0].get("ename") == DIED
         ):
-            return (
-                cell,
-                self.resources,
-            )  # after a death: skipped now; the cell that killed the kernel: never rerun
+            # after a death: skipped now; the cell that killed the kernel: never rerun
+            return cell, self.resources
         if skipped(cell):
             cell.outputs, cell.execution_count = [], None
             return cell, self.resources

@@ -17,10 +17,8 @@ from pathlib import Path
 from coursetools.grading.cells import DIED, NOT_RUN, TIMEOUT, grade_id
 from coursetools.text import strip_ansi
 
-REPORTS, TIMES = (
-    "reports",
-    "grading-times.json",
-)  # the class reports' folder; the grading times it keeps
+# the class reports' folder; the grading times it keeps
+REPORTS, TIMES = "reports", "grading-times.json"
 GRADED, NOT_GRADED, UNREADABLE = "graded", "not graded", "could not be read"
 NO_ERROR = "(no error shown: the cell ran but scored below its points)"
 # Lesson 09: its locked cell `measure_speedup` prints this line; the ratio is shown beside the
@@ -50,9 +48,8 @@ class Row:
     waiting: float = 0.0  # points of the written answers still waiting for a person
     cells: dict[str, float] = field(default_factory=dict)  # test label -> score
     failed: list[str] = field(default_factory=list)  # test labels scored below their points
-    messages: dict[str, str] = field(
-        default_factory=dict
-    )  # failed test label -> its error's first line
+    # failed test label -> its error's first line
+    messages: dict[str, str] = field(default_factory=dict)
     ungraded: list[str] = field(default_factory=list)  # written answers waiting for a person
     timed_out: list[str] = field(default_factory=list)
     kernel_died: list[str] = field(default_factory=list)
@@ -62,11 +59,12 @@ class Row:
     flags: list[str] = field(default_factory=list)  # answer cells that rebind the referee
 
 
+# error name -> Row field
 INCIDENTS = {
     TIMEOUT: "timed_out",
     DIED: "kernel_died",
     NOT_RUN: "not_run",
-}  # error name -> Row field
+}
 
 
 @dataclass

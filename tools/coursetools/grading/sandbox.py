@@ -37,6 +37,7 @@ PASSED_ON = (
     "NVIDIA_DRIVER_CAPABILITIES",
     "LD_LIBRARY_PATH",
 )
+# what the sandbox shows anyway
 SHOWN = (
     "/usr",
     "/opt",
@@ -46,7 +47,7 @@ SHOWN = (
     "/lib",
     "/lib32",
     "/lib64",
-)  # what the sandbox shows anyway
+)
 
 
 def sandbox_problem(tool: str = TOOL) -> str | None:

@@ -42,9 +42,8 @@ def show(data: ClassRows) -> str:
     """The class table: a line per student; ranked by speed-up where the lesson measures one (lesson
     09)."""
     rows = data.rows
-    timed = any(
-        r.speedup for r in rows
-    )  # lesson 09: the class ranked by the speed-up each measured here
+    # lesson 09: the class ranked by the speed-up each measured here
+    timed = any(r.speedup for r in rows)
     if timed:
         rows = sorted(rows, key=lambda r: -(r.speedup or 0.0))
     header = f"{'student':<16} {'score':>24} {'seconds':>7}" + (
