@@ -1,4 +1,4 @@
-# Entry points of the course. Only Python (3.10+) and make are needed.
+# Entry points of the course. Only Python (3.11+) and make are needed.
 .DEFAULT_GOAL := help  # a bare `make` prints the targets and changes nothing
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,40 +12,35 @@ JOBS   ?= 2
 THREADS ?= 1
 export PATH := $(abspath $(BIN)):$(PATH)
 
-# Which pinned set (pyproject.toml): the GPU set (PyTorch, TensorFlow and DALI on CUDA 12) where `nvidia-smi`
-# lists an NVIDIA GPU, else the CPU set. GPU=1 / GPU=0 override. .venv remembers its set in $(SET_FILE); a
-# .venv without one was made before there were two sets, i.e. the CPU set. Switching sets rebuilds .venv.
+# Which pinned set (pyproject.toml), chosen by tools/choose_set.py: the one .venv holds (a .venv from before
+# there were two sets holds the CPU set), else the GPU set (PyTorch, TensorFlow and DALI on CUDA 12) where
+# `nvidia-smi` lists an NVIDIA GPU, else the CPU set. Only GPU=1 / GPU=0 switch an existing .venv's set, and
+# switching rebuilds it from scratch. Diagnostic targets (help, doctor) never install or rebuild anything.
 NVIDIA_SMI ?= nvidia-smi
 SET_FILE := $(VENV)/.gpucourse-set
-ifeq ($(origin GPU)$(filter 0 1,$(GPU)),environment)
-  override GPU :=  # an unrelated GPU variable in the shell's environment (e.g. GPU=nvidia) is not ours
+CHOICE := $(shell $(PYTHON) tools/choose_set.py choose '$(VENV)' '$(GPU)' '$(origin GPU)' '$(NVIDIA_SMI)')
+ifeq ($(CHOICE),)
+  $(error tools/choose_set.py, run by PYTHON=$(PYTHON), chose no set: the line above says why)
 endif
-ifeq ($(GPU),1)
-  SET := gpu
-  WHY := GPU=1 was given
-else ifeq ($(GPU),0)
-  SET := cpu
-  WHY := GPU=0 was given
-else ifneq ($(GPU),)
-  $(error GPU=$(GPU): use GPU=1 (the GPU set) or GPU=0 (the CPU set), or leave it out to let nvidia-smi decide)
-else
-  # WSL2 keeps nvidia-smi in /usr/lib/wsl/lib, not always on PATH
-  FOUND_GPU := $(shell { $(NVIDIA_SMI) -L || /usr/lib/wsl/lib/nvidia-smi -L; } 2>/dev/null | grep -m1 '^GPU ' | sed 's/ .UUID: .*//')
-  SET := $(if $(FOUND_GPU),gpu,cpu)
-  WHY := $(if $(FOUND_GPU),nvidia-smi lists $(strip $(FOUND_GPU)),nvidia-smi lists no NVIDIA GPU here); GPU=0 or GPU=1 overrides
-endif
-INSTALLED_SET := $(shell cat $(SET_FILE) 2>/dev/null || { test -e $(VENV)/pyvenv.cfg && echo cpu; })
-ifneq ($(filter-out $(SET),$(INSTALLED_SET)),)
+SET := $(word 1,$(CHOICE))
+WHY := $(wordlist 3,$(words $(CHOICE)),$(CHOICE))
+ifeq ($(word 2,$(CHOICE)),switch)
   SWITCH := 1
   $(STAMP): FORCE
 endif
 ifeq ($(MAKELEVEL),0)
   # test-gpu in an existing environment (ENV=system, PYTHON=...) uses no set: nothing to say about one
   EXISTING_ENV := $(filter system,$(ENV))$(filter command line,$(origin PYTHON))
-  ifneq ($(filter lab test test-fast doctor notebooks pins lint $(STAMP) $(if $(EXISTING_ENV),,test-gpu),$(MAKECMDGOALS)),)
-    $(info course environment: the $(SET) set ($(WHY))$(if $(SWITCH),; $(VENV) holds the $(INSTALLED_SET) set and is rebuilt))
+  ifneq ($(filter lab test test-fast colab-set notebooks book pins lint grade report $(STAMP) $(if $(EXISTING_ENV),,test-gpu),$(MAKECMDGOALS)),)
+    $(info course environment: the $(SET) set ($(WHY))$(if $(SWITCH),; $(VENV) holds the $(if $(filter gpu,$(SET)),cpu,gpu) set and is rebuilt))
   endif
 endif
+# The CPU set takes PyTorch's CPU wheels on Linux where CPU_INDEX answers (PyPI's PyTorch is a CUDA build there,
+# 4 GB more), else PyPI's; asked once, and only when the set-up runs.
+CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+CPU_WHEELS = $(eval CPU_WHEELS := $(shell $(PYTHON) tools/choose_set.py probe '$(CPU_INDEX)'))$(CPU_WHEELS)
+# Free space the set-up asks for before it installs (in GB; left out, what the set takes; 0: no check)
+DISK_GB ?=
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
 .PHONY: help lab doctor test test-fast colab-set notebooks book pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
@@ -53,7 +48,7 @@ GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproj
 help:
 	@echo "Targets (a bare make prints this and changes nothing):"
 	@echo "  make lab           set up $(VENV) if needed, then open JupyterLab on $(NOTEBOOK_DIR)/"
-	@echo "  make doctor        the environment report (paste it into bug reports)"
+	@echo "  make doctor        the environment report (paste it into bug reports); installs nothing"
 	@echo "  make test          set up $(VENV) and $(COLAB_VENV) if needed, then run the whole CPU suite"
 	@echo "  make test-fast     helper unit tests and hygiene only (seconds)"
 	@echo "  make colab-set     build $(COLAB_VENV) (Colab's versions) and run the lessons' set-up cells there"
@@ -73,9 +68,15 @@ help:
 	@echo "                     internet lacks, gpu-kit.sh) and the one command to run there"
 	@echo "  make wheelhouse WHEELHOUSE=dir  online: the wheels alone, for test-gpu ENV=system offline"
 	@echo "Options, as VAR=value on the command line (with the values in use now):"
-	@echo "  GPU=1 | GPU=0      the GPU set or the CPU set; left out, nvidia-smi decides (now: the $(SET) set)"
-	@echo "  NVIDIA_SMI=$(NVIDIA_SMI)  the nvidia-smi that decides; switching sets rebuilds $(VENV)"
-	@echo "  PYTHON=$(PYTHON)     the Python that makes $(VENV); with test-gpu or wheelhouse, the Python whose"
+	@echo "  GPU=1 | GPU=0      the GPU set or the CPU set, rebuilding $(VENV) if it holds the other; left out,"
+	@echo "                     the set $(VENV) holds, or where there is none, nvidia-smi's (now: the $(SET) set)"
+	@echo "  NVIDIA_SMI=$(NVIDIA_SMI)  the nvidia-smi that decides when there is no $(VENV) yet"
+	@echo "  CPU_INDEX=$(CPU_INDEX)"
+	@echo "                     the CPU set on Linux: PyTorch's CPU wheels from there where it answers within"
+	@echo "                     seconds, else PyPI's build (a CUDA build, 4 GB more)"
+	@echo "  DISK_GB=n          the free space (GB) set-up asks for before installing (left out: what the"
+	@echo "                     set takes, 5 to 10 GB, and 8 more for $(COLAB_VENV) with test; 0: no check)"
+	@echo "  PYTHON=$(PYTHON)     the Python (3.11+) that makes $(VENV); with test-gpu or wheelhouse, the Python whose"
 	@echo "                     environment (a CUDA PyTorch already there) the GPU suite runs in"
 	@echo "  ENV=system         test-gpu or wheelhouse in python3's environment as found on PATH"
 	@echo "  VENV=$(VENV)  COLAB_VENV=$(COLAB_VENV)  where the two environments live"
@@ -92,13 +93,19 @@ help:
 	@echo "  PY=3.12  PLATFORM=manylinux_2_28_x86_64  gpu-kit, wheelhouse: the GPU machine's Python and"
 	@echo "                     platform (left out: this machine's)"
 
-# Set-up: redone when pyproject.toml changes, .venv is missing, or it holds the other set (then it starts afresh:
-# pip cannot take out one CUDA major's libraries cleanly, they share file paths).
+# Set-up: redone when pyproject.toml changes, .venv is missing, or GPU= switches its set (then it starts afresh:
+# pip cannot take out one CUDA major's libraries cleanly, they share file paths). Before anything is made, the
+# check stops where the install could not finish: a Python older than 3.11 (the course's tools read TOML with
+# tomllib), too little free disk. `make test` and `make colab-set` count $(COLAB_VENV) too.
 LAB_OVERRIDES := tools/jupyterlab-overrides.json
 $(STAMP): pyproject.toml tools/pyproject.toml $(LAB_OVERRIDES)
-	@if [ -n "$(SWITCH)" ] && [ -e $(VENV)/pyvenv.cfg ]; then rm -rf $(VENV); fi
+ifneq ($(SWITCH),)
+	rm -rf $(VENV)
+endif
 	@if [ $(SET) = gpu ] && [ "$$(uname -s)" != Linux ]; then \
 		echo "The GPU set is for Linux and WSL2 (TensorFlow has no GPU build for native Windows or macOS): use GPU=0."; exit 1; fi
+	@$$(test -x $(BIN)/python && echo $(BIN)/python || echo $(PYTHON)) tools/choose_set.py check $(SET) $(VENV) \
+		'$(if $(filter cpu,$(SET)),$(CPU_WHEELS))' '$(CPU_INDEX)' '$(DISK_GB)' $(if $(filter test colab-set,$(MAKECMDGOALS)),$(COLAB_VENV))
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo $(SET) > $(SET_FILE)
 	$(BIN)/python -m pip install --upgrade --quiet pip
@@ -106,7 +113,7 @@ ifeq ($(SET),gpu)
 	$(BIN)/python -m pip install --quiet --extra-index-url $(GPU_INDEX) -e ".[course,gpu]" \
 		|| { echo "The GPU set did not install: PyTorch's CUDA 12 wheels come from $(GPU_INDEX), which must be reachable."; exit 1; }
 else
-	$(BIN)/python -m pip install --quiet -e ".[course]"
+	$(BIN)/python -m pip install --quiet $(if $(CPU_WHEELS),--extra-index-url $(CPU_WHEELS) )-e ".[course]"
 endif
 	$(BIN)/python -m pip install --quiet -e tools
 	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dali-tf"], sep="\n")' > $(VENV)/dali-tf.txt
@@ -172,8 +179,14 @@ gpu-kit:
 	@test -n "$(HAVE)" || { echo "usage: make gpu-kit HAVE=freeze.txt [KIT=dir] [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
 	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --kit $(KIT) --have $(HAVE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
-doctor: $(STAMP)
+# The doctor never installs: without $(VENV) it reports on $(PYTHON)'s own environment, saying so.
+doctor:
+ifneq ($(wildcard $(BIN)/python),)
 	@$(BIN)/python -m gpucourse doctor
+else
+	@echo "No $(VENV) yet, so this reports on $(PYTHON) as it is; make lab sets up the course (the $(SET) set: $(WHY))."
+	@PYTHONPATH=utils $(PYTHON) -m gpucourse doctor
+endif
 
 # The reading edition (coursetools.book, docs/book/): the lessons as `make test` ran them (it keeps each executed
 # lesson in test-artifacts/executed/), with their outputs, as a static site; no lesson runs again here.
