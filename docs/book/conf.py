@@ -25,7 +25,7 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "sphinx_book_theme"
 # Jupyter Book 2 (mystmd) was tried first: its CLI (npm `mystmd`, PyPI `jupyter-book` 2.x) fetches
 # the site theme from api.mystmd.org at build time, and no registry serves the built theme, so it
-# cannot build where only PyPI and npm are reachable (CI). This stack builds from PyPI alone.
+# cannot build where only PyPI and npm are reachable (this project's CI runner). This stack builds from PyPI alone.
 html_title = project
 html_static_path = ["_static"]
 html_css_files = ["book.css"]

@@ -87,8 +87,8 @@ def test_the_gpu_set_names_one_cuda_major():
 
 def test_the_gpu_set_names_a_torch_build_pytorch_publishes():
     """docs/pytorch-cuda-builds.toml lists the CUDA builds of each release; the GPU set's torch,
-    torchvision and index must be one of them (PyTorch's index is not reachable from CI, so this
-    table is what the pins are checked against)."""
+    torchvision and index must be one of them (checked against this table, not PyTorch's index: the
+    project's CI runner reaches package registries only)."""
     assert pins.unpublished(pins.gpu_pins(), pins.gpu_index()) == []
 
 

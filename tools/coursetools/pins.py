@@ -266,7 +266,8 @@ def colab_requirements(root: Path = ROOT) -> str:
         "# What the lessons import at Colab's versions, torch and torchvision as PyPI serves "
         "them (the CUDA 13",
         "# build, which runs on the CPU too: PyTorch's CPU wheels are on its own index, which "
-        "CI cannot reach),",
+        "this project's CI",
+        "# runner, reaching package registries only, cannot reach),",
         "# DALI as lesson 05's set-up cell installs it on Colab, and nbval to run the notebooks.",
         "# `make test` builds .venv-colab from this file, then installs gpucourse as the "
         "set-up cell does.",
