@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 from pathlib import Path
 
 import coursekit as ck
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's chromium, another distribution's chromium-browser, or the one GPUCOURSE_CHROMIUM names
+CHROMIUM = (
+    os.environ.get("GPUCOURSE_CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -22,9 +29,9 @@ VIEWPORT = {"width": 1280, "height": 800}
 
 
 def why_no_browser() -> str | None:
-    if not CHROMIUM.exists():
-        how = "`apt-get install chromium` (Debian) to run the browser tests (.ci/run does)"
-        return f"no Chromium at {CHROMIUM}: {how}"
+    if not CHROMIUM or not os.access(CHROMIUM, os.X_OK):
+        how = "`apt-get install chromium` (Debian; .ci/run does), or GPUCOURSE_CHROMIUM=its path"
+        return f"no Chromium{f' at {CHROMIUM}' if CHROMIUM else ' on PATH'}: {how}"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -37,9 +44,7 @@ def chromium_page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(60_000)
         try:

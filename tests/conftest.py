@@ -7,9 +7,12 @@ helpers live in ``coursekit``, ``gradingkit`` and ``browserkit``.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 RUNNER_VARIABLES = ("GPUCOURSE_REQUIRE_GPU", "GPUCOURSE_CLAIMS")
+CI_VARIABLE = "GPUCOURSE_CI"  # .ci/run sets it: a skipped `ci_required` test fails there
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +27,15 @@ def pytest_collection_modifyitems(items):
     """The slow tests (notebook runs, the grader) first: `make test`'s two workers then end on
     short tests, instead of one idling while the other runs a last long one."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI, a test marked ``ci_required`` that skips (no Chromium, no sandbox) fails instead: CI
+    installs what it needs, so a skip there means a check silently stopped running."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(CI_VARIABLE) and item.get_closest_marker("ci_required"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"required in CI ({CI_VARIABLE}=1), but it skipped: {reason}"

@@ -367,6 +367,7 @@ def test_feedback_hides_hidden_tests():
     )
 
 
+@pytest.mark.ci_required
 def test_report_in_chromium(course):
     """The class report opens in a real browser from its file, alone, with its plot drawn."""
     reason = browserkit.why_no_browser()
