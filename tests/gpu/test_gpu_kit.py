@@ -1,8 +1,8 @@
-"""The GPU kit (coursetools.gpurun.kit) on a CPU: the suite it adds beside an existing PyTorch, only
-what the machine lacks (`make wheelhouse HAVE=...`), installed offline without ever replacing that
-PyTorch; the kit for the first GPU machine fits 48 MiB; a stand-in GPU machine built from what CI
-has installs the kit with no index reachable and runs the runner end to end in a CPU rehearsal,
-grading included."""
+"""The GPU kit (coursetools.gpukit) on a CPU: the suite it adds beside an existing PyTorch, only
+what the machine lacks (`make wheelhouse HAVE=...`), installed offline (coursetools.gpurun.wheels)
+without ever replacing that PyTorch; the kit for the first GPU machine fits 48 MiB; a stand-in GPU
+machine built from what CI has installs the kit with no index reachable and runs the runner end to
+end in a CPU rehearsal, grading included."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from coursetools.gpurun import kit, preflight, wheels
+from coursetools.gpukit import kit
+from coursetools.gpurun import preflight, wheels
+from coursetools.pins import package_name
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_MACHINE = ROOT.parent / "shared" / "gpu-machine" / "packages.txt"
@@ -42,7 +44,7 @@ def _offline_env(**extra) -> dict:
 
 
 def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
-    suite, bare = wheels.suite_requirements(), wheels.no_deps_requirements()
+    suite, bare = wheels.pinned(wheels.SUITE), wheels.pinned(wheels.NO_DEPS)
     assert "nbval==0.11.0" in suite and "ipykernel==7.4.0" in suite and "sqlalchemy" in suite
     assert bare == ["nbgrader==0.9.6", "jupyter-server"], "nbgrader without its user interface"
     assert not [
@@ -58,7 +60,7 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
         "nvidia-ml-py": "12.575.51",
         "jupyterlab": "4.0.0",
     }
-    commands, constraints = wheels.setup_plan(present, suite, "/wh", python="/opt/py", no_deps=bare)
+    commands, constraints = wheels.setup_plan(present, suite, bare, "/c.txt", "/wh", "/opt/py")
     assert (
         constraints
         == "numpy==1.26.4\nnvidia-cudnn-cu12==9.10.2.21\ntorch==2.8.0a0+5228986c39.nv25.06\n"
@@ -80,12 +82,13 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
     )
     assert "ipykernel==7.4.0" in suite_install and "nvidia-ml-py==13.615.71" not in suite_install
     assert bare_install[-3:] == ["--no-deps", "nbgrader==0.9.6", "jupyter-server"]
-    everything = {wheels.canonical(r): "1" for r in suite + bare}
-    assert wheels.setup_plan({**present, **everything}, suite, no_deps=bare)[0] == [], (
+    assert suite_install[9] == "/c.txt", "the constraints file"
+    everything = {package_name(r): "1" for r in suite + bare}
+    assert wheels.setup_plan({**present, **everything}, suite, bare, "/c.txt")[0] == [], (
         "nothing left to add"
     )
 
-    first, second = wheels.download_commands("/wh", "3.12", "manylinux_2_28_x86_64")
+    first, second = kit.download_commands(Path("/wh"), "3.12", "manylinux_2_28_x86_64")
     assert first[1:6] == [
         "-m",
         "pip",
@@ -104,7 +107,7 @@ def test_the_suite_beside_pytorch_and_its_wheelhouse_commands():
     )
     assert platforms[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"]
     assert platforms[-3:] == ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
-    assert wheels.platforms("win_amd64") == ["win_amd64"]
+    assert kit.platforms("win_amd64") == ["win_amd64"]
 
 
 def test_only_what_the_machine_lacks(tmp_path):
@@ -113,9 +116,9 @@ def test_only_what_the_machine_lacks(tmp_path):
         "# a comment\ntorch==2.11.0+cu130\nNumPy==2.5.2\njupyter_core\n-e git+https://x/y\n"
         "pillow @ file:///build/pillow\n\n"
     )
-    assert wheels.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
+    assert kit.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
     if GPU_MACHINE.exists():
-        names = wheels.have_names(GPU_MACHINE)
+        names = kit.have_names(GPU_MACHINE)
         assert {
             "torch",
             "torchvision",
@@ -129,7 +132,7 @@ def test_only_what_the_machine_lacks(tmp_path):
         "nbgrader-0.9.6-py3-none-any.whl",
     ):
         (tmp_path / name).touch()
-    assert wheels.prune(tmp_path, wheels.have_names(have)) == [
+    assert kit.prune(tmp_path, kit.have_names(have)) == [
         "jupyter_core-5.9.1-py3-none-any.whl",
         "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
     ]
@@ -138,7 +141,7 @@ def test_only_what_the_machine_lacks(tmp_path):
 
 def test_the_kits_one_command_is_valid_shell_and_runs_the_three_steps(tmp_path):
     script = tmp_path / kit.SCRIPT
-    script.write_text(kit.KIT_SCRIPT.format(options=""))
+    script.write_text(kit.KIT_SCRIPT)
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     text = script.read_text()
     steps = [
@@ -208,12 +211,12 @@ def test_make_test_gpu_in_an_existing_environment_make_wheelhouse_and_make_gpu_k
         "wheelhouse", "WHEELHOUSE=/w", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64", "HAVE=p.txt"
     )
     assert wheelhouse[-1].endswith(
-        "-m coursetools.gpurun --download /w --python-version 3.12 "
+        "-m coursetools.gpukit wheels /w --python-version 3.12 "
         "--platform manylinux_2_28_x86_64 --have p.txt"
     )
     gpu_kit = dry("gpu-kit", "KIT=/k", "HAVE=p.txt", "PY=3.12", "PLATFORM=manylinux_2_28_x86_64")
     assert gpu_kit[-1].endswith(
-        "-m coursetools.gpurun --kit /k --have p.txt --python-version 3.12 "
+        "-m coursetools.gpukit kit /k --have p.txt --python-version 3.12 "
         "--platform manylinux_2_28_x86_64"
     )
 
@@ -347,7 +350,7 @@ def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
     if why:
         pytest.skip(why)
     made = kit.make_kit(tmp_path / "gpu-kit", GPU_MACHINE, "3.12", "manylinux_2_28_x86_64")
-    names = {wheels.canonical(name.split("-")[0]) for name in made["wheels"]}
+    names = {package_name(name.split("-")[0]) for name in made["wheels"]}
     assert made["size_mib"] <= kit.KIT_LIMIT_MIB, (
         f"{made['size_mib']} MiB: {sorted(made['wheels'])}"
     )
@@ -469,17 +472,8 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     have.write_text(names)
 
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coursetools.gpurun",
-            "--kit",
-            tmp_path / "kit",
-            "--have",
-            have,
-            "--python-version",
-            version,
-        ],
+        [sys.executable, "-m", "coursetools.gpukit", "kit", tmp_path / "kit", "--have", have]
+        + ["--python-version", version],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -509,7 +503,7 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
         markdown[:500]
     )
     (row,) = built["notebooks"]
-    assert row["result"] == "not validated" and row["parts"]["PyTorch"]["failed_cells"] == 0, row
+    assert row["result"] == "not validated" and row["failed_cells"] == [], row
     assert row["cells"] == 3, row
     assert row["would_check"] and "## Claims that would have been checked on a GPU" in markdown
     assert any("stopwatch" in claim for claim in row["would_check"]), row["would_check"]

@@ -13,14 +13,7 @@ from pathlib import Path
 from ..text import cell_python
 from .steps import cell_parts, code_cells
 
-
-def _is_claim(call: ast.Call) -> bool:
-    func = call.func
-    if isinstance(func, ast.Attribute):
-        owner = func.value
-        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-        return func.attr == "claim" and name == "claims"
-    return isinstance(func, ast.Name) and func.id == "claim"
+CLAIM_CALL = re.compile(r"(.+\.)?claims\.claim|claim")  # claims.claim(, gpucourse.claims.claim(
 
 
 def _text(node: ast.AST | None) -> tuple[str, str | None]:
@@ -50,7 +43,8 @@ def lesson_claims(notebook: Path) -> list[dict]:
             tree = ast.parse(cell_python(code))
         except SyntaxError:
             continue
-        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_claim(n)):
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        for call in (c for c in calls if CLAIM_CALL.fullmatch(ast.unparse(c.func))):
             text, pattern = _text(call.args[0] if call.args else None)
             if not text:
                 text = f"the claim computed in code cell {index} ({ast.unparse(call.args[0])})"

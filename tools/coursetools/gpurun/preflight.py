@@ -5,7 +5,8 @@ installed). Each problem or gap: {"code", "problem", "fix", "kind", "part", "nee
 code that uses it), "symptoms" (a regex for the failures it explains)}. A problem (a small
 /dev/shm, a broken torchvision) makes a failure it explains inconclusive; a gap (a library the
 machine lacks: DALI, TensorFlow, RAPIDS, a compiler, a second GPU) leaves the part that needs it
-"not validated", in the lessons and in grading alike.
+"not validated", in the lessons and in grading alike. What the doctor finds (`gpucourse doctor
+--json`) is read from its finding codes, never found again here.
 """
 
 from __future__ import annotations
@@ -21,12 +22,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-CPU_ADVICE = (
-    "This machine can run the CPU suite: `make test`. `python -m gpucourse doctor` says why."
-)
-SHM_NEEDED_MIB = (
-    1024  # lesson 05 at GPU sizes: 8 workers x 2 prefetched x 48 MiB (the doctor agrees)
-)
+from ..pins import package_name
+
 NVML = ["nvml.dll"] if sys.platform == "win32" else ["libnvidia-ml.so.1", "libnvidia-ml.so"]
 
 
@@ -72,12 +69,12 @@ def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
     return None
 
 
-def cuda_problem(report: dict, python: str = sys.executable) -> tuple[str, str] | None:
+def cuda_problem(report: dict) -> tuple[str, str] | None:
     """(why, what to do) when PyTorch cannot use CUDA, from `gpucourse doctor --json`'s report."""
     torch_ = (report.get("facts") or {}).get("torch") or {}
     if not torch_.get("installed"):
         return (
-            f"PyTorch is not installed for {python}",
+            f"PyTorch is not installed for {sys.executable}",
             "`make test-gpu` sets up .venv; or name a Python that has a CUDA PyTorch (PYTHON=)",
         )
     if torch_.get("error"):
@@ -99,7 +96,8 @@ def stop_message(problem: tuple[str, str]) -> str:
     why, fix = problem
     return (
         "make test-gpu: stopped before running anything: this machine cannot run the GPU path.\n"
-        f"  why: {why}.\n  what to do: {fix}.\n  {CPU_ADVICE}"
+        f"  why: {why}.\n  what to do: {fix}.\n  This machine can run the CPU suite: `make test`. "
+        "`python -m gpucourse doctor` says why."
     )
 
 
@@ -139,21 +137,6 @@ def torchvision_problem(facts: dict) -> dict | None:
     return {"code": "torchvision", "problem": problem, "fix": fix} if problem else None
 
 
-def shm_problem(path: str = "/dev/shm", needed_mib: int = SHM_NEEDED_MIB) -> dict | None:
-    """A /dev/shm smaller than the loader lessons' worker batches need (Docker gives 64 MB)."""
-    fix = "give the container more shared memory (`docker run --shm-size=2g`, or `--ipc=host`)"
-    try:
-        stat = os.statvfs(path)
-    except OSError:
-        gone = f"{path} does not exist: DataLoader workers pass batches through it"
-        return {"code": "shm", "problem": gone, "fix": fix} if sys.platform == "linux" else None
-    size_mib = stat.f_frsize * stat.f_blocks / 2**20
-    if size_mib >= needed_mib:
-        return None
-    why = f"{path} holds {size_mib:.0f} MiB; DataLoader workers need about {needed_mib} MiB"
-    return {"code": "shm", "problem": why + " (a bus error kills them)", "fix": fix}
-
-
 def managed_problem(stdlib: str | None = None, prefix=sys.prefix, base=sys.base_prefix):
     """A Python pip may not install into (PEP 668 "externally managed"), outside a venv."""
     marker = Path(stdlib or sysconfig.get_paths()["stdlib"]) / "EXTERNALLY-MANAGED"
@@ -169,28 +152,27 @@ def managed_problem(stdlib: str | None = None, prefix=sys.prefix, base=sys.base_
 
 
 def compiler_problem(environ=os.environ, which=shutil.which, include: str | None = None):
-    """No C compiler or no Python.h: Inductor and Triton build their launchers with them (Triton
-    reads $CC, then gcc, clang, cc)."""
+    """Why torch.compile cannot build its launchers here, or None: Inductor and Triton need a C
+    compiler (Triton reads $CC, then gcc, clang, cc) and Python.h."""
     compiler = next((c for c in (environ.get("CC"), "gcc", "clang", "cc") if c and which(c)), None)
     headers = (Path(include or sysconfig.get_paths()["include"]) / "Python.h").exists()
     found = (("C compiler ($CC, gcc or clang)", compiler), ("Python.h", headers))
     missing = [what for what, ok in found if not ok]
-    if not missing:
-        return None
-    return {
-        "code": "compiler",
-        "problem": f"no {' and no '.join(missing)}: torch.compile cannot build its launchers",
-        "fix": "install them (`apt-get install build-essential python3-dev`, or your system's)",
-    }
+    if missing:
+        return f"no {' and no '.join(missing)}: torch.compile cannot build its launchers"
+    return None
 
 
-def machine_problems(vision: dict | None = None, **checks) -> list[dict]:
-    """Every problem of the machine the lessons would otherwise report as their own failures."""
-    found = [
-        torchvision_problem(probe_torchvision() if vision is None else vision),
-        checks.get("shm", shm_problem)(),
-        checks.get("managed", managed_problem)(),
+def machine_problems(doctor: dict, vision: dict | None = None) -> list[dict]:
+    """Every problem of the machine the lessons would otherwise report as their own failures: the
+    doctor's (a small /dev/shm) and those it does not look for."""
+    found = [torchvision_problem(probe_torchvision() if vision is None else vision)]
+    found += [
+        {"code": "shm", "problem": f["problem"].rstrip("."), "fix": f["fix"].rstrip(".")}
+        for f in doctor.get("findings") or []
+        if f.get("code") == "small_dev_shm"
     ]
+    found.append(managed_problem())
     return [{**p, "kind": "problem", "part": "PyTorch", **APPLIES[p["code"]]} for p in found if p]
 
 
@@ -238,12 +220,20 @@ def machine_gaps(doctor: dict, local: dict) -> list[dict]:
     ]
 
 
+def installed_distributions() -> dict[str, str]:
+    """This Python's distributions, name -> version (the first on sys.path wins, as imports do)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"]:
+            found.setdefault(package_name(dist.metadata["Name"]), dist.version)
+    return found
+
+
 def local_facts() -> dict:
     """What the doctor does not report: the compiler's problem, DALI's plugin, RAPIDS."""
-    compiler = compiler_problem()
-    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+    names = installed_distributions()
     return {
-        "compiler": compiler and compiler["problem"],
+        "compiler": compiler_problem(),
         "dali_tf_plugin": any(n.startswith("nvidia-dali-tf-plugin") for n in names),
         "rapids": importlib.util.find_spec("cudf") is not None,
     }

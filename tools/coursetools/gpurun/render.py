@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from .steps import REQUIRE_GPU_VAR
 
+STRICT = f"{REQUIRE_GPU_VAR}=1 (no CPU fallback)"
+HEADLINES = {
+    "rehearsal": "REHEARSAL ON A CPU: not validated: no GPU ({lessons} lesson(s) ran; {would} "
+    "claim(s) would have been checked on a GPU)",
+    "failed": "FAILED: {problems} problem(s) (below)",
+    "inconclusive": "INCONCLUSIVE: failures the machine explains (a broken torchvision, a small "
+    "/dev/shm) or claims measured on a busy GPU (below)",
+    "partial": "PASSED WHAT RAN; some parts NOT VALIDATED ON GPU or not run (below)",
+    "passed": "PASSED: every lesson ({lessons}), claim ({claims}), gpu test and grading run passed",
+}
 VERDICTS = {
     "pass": "PASS",
     "false": "FAIL",
@@ -13,7 +23,25 @@ VERDICTS = {
 }
 
 
-def environment(facts: dict, versions: dict) -> dict:
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def headline(report: dict) -> str:
+    rows, skipped = report["notebooks"], report["skipped"]
+    counts = {
+        "lessons": len(rows),
+        "claims": sum(len(r["claims"]) for r in rows),
+        "would": sum(len(r["would_check"]) for r in rows),
+        "problems": len(report["problems"]),
+    }
+    tail = f"; NOT RUN: {len(skipped)} step(s) (below)" if skipped else ""
+    return HEADLINES[report["status"]].format(**counts) + tail
+
+
+def _environment_lines(report: dict) -> list[str]:
+    """The machine and the tools, from the doctor's facts and the runner's versions."""
+    facts, versions = report["facts"], report["versions"]
     driver, torch_ = facts.get("driver") or {}, facts.get("torch") or {}
     devices = torch_.get("devices") or []
     gpu = next((g for g in driver.get("gpus") or [] if devices and g.get("name") == devices[0]), {})
@@ -23,72 +51,24 @@ def environment(facts: dict, versions: dict) -> dict:
         if not info.get("installed"):
             return "not installed"
         seen = f", sees {info['gpus']} GPU(s)" if "gpus" in info else ""
-        return f"{info.get('version')}{seen}" + (
-            f" (error: {info['error']})" if info.get("error") else ""
-        )
+        error = f" (error: {info['error']})" if info.get("error") else ""
+        return f"{info.get('version')}{seen}{error}"
 
-    return {
-        "device": devices[0] if devices else None,
-        "gpus_visible": len(devices),
-        "compute_capability": gpu.get("compute_capability"),
-        "memory_gib": gpu.get("memory_gib"),
-        "gpus_on_machine": len(driver.get("gpus") or []),
-        "driver": driver.get("version"),
-        "driver_cuda": driver.get("cuda"),
-        "torch": torch_.get("version"),
-        "torch_cuda": torch_.get("cuda"),
-        "tensorflow": framework("tensorflow"),
-        "dali": framework("dali"),
-        "python": facts.get("python"),
-        "platform": facts.get("platform"),
-        "cuda_visible_devices": facts.get("cuda_visible_devices"),
-        **versions,
-    }
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def headline(report: dict) -> str:
-    rows, skipped, status = report["notebooks"], report["skipped"], report["status"]
-    tail = f"; NOT RUN: {len(skipped)} step(s) (below)" if skipped else ""
-    if status == "rehearsal":
-        would = sum(len(r["would_check"]) for r in rows)
-        return (
-            f"REHEARSAL ON A CPU: not validated: no GPU ({len(rows)} lesson(s) ran; {would} "
-            f"claim(s) would have been checked on a GPU){tail}"
-        )
-    if status == "failed":
-        return f"FAILED: {len(report['problems'])} problem(s) (below){tail}"
-    if status == "inconclusive":
-        return (
-            "INCONCLUSIVE: failures the machine explains (a broken torchvision, a small /dev/shm)"
-            f" or claims measured on a busy GPU (below){tail}"
-        )
-    if status == "partial":
-        return f"PASSED WHAT RAN; some parts NOT VALIDATED ON GPU or not run (below){tail}"
-    claims = sum(len(r["claims"]) for r in rows)
-    return f"PASSED: every lesson ({len(rows)}), claim ({claims}), gpu test and grading run passed"
-
-
-def _environment_lines(report: dict) -> list[str]:
-    env = report["environment"]
-    strict = (
-        "off: a CPU rehearsal" if report["rehearsal"] else f"{REQUIRE_GPU_VAR}=1 (no CPU fallback)"
-    )
+    strict = "off: a CPU rehearsal" if report["rehearsal"] else STRICT
     budget = f"{report['budget']:.0f} s" if report.get("budget") else "none"
     return [
-        f"- device: {env.get('device')} (compute capability {env.get('compute_capability')}, "
-        f"{env.get('memory_gib')} GiB; {env.get('gpus_visible')} visible to PyTorch, "
-        f"{env.get('gpus_on_machine')} on the machine, CUDA_VISIBLE_DEVICES="
-        f"{env.get('cuda_visible_devices')})",
-        f"- NVIDIA driver {env.get('driver')} (CUDA {env.get('driver_cuda')}); PyTorch "
-        f"{env.get('torch')} (CUDA {env.get('torch_cuda')}); TensorFlow: {env.get('tensorflow')}; "
-        f"DALI: {env.get('dali')}",
-        f"- Python {env.get('python')} ({env.get('executable')}) on {env.get('platform')}; pytest "
-        f"{env.get('pytest')}, nbval {env.get('nbval')}, nbgrader {env.get('nbgrader')}",
-        f"- commit {env.get('commit')}; {env.get('date')}; budget {budget}; {report['progress']}",
+        f"- device: {devices[0] if devices else None} (compute capability "
+        f"{gpu.get('compute_capability')}, {gpu.get('memory_gib')} GiB; {len(devices)} visible to "
+        f"PyTorch, {len(driver.get('gpus') or [])} on the machine, CUDA_VISIBLE_DEVICES="
+        f"{facts.get('cuda_visible_devices')})",
+        f"- NVIDIA driver {driver.get('version')} (CUDA {driver.get('cuda')}); PyTorch "
+        f"{torch_.get('version')} (CUDA {torch_.get('cuda')}); TensorFlow: "
+        f"{framework('tensorflow')}; DALI: {framework('dali')}",
+        f"- Python {facts.get('python')} ({versions.get('executable')}) on "
+        f"{facts.get('platform')}; pytest {versions.get('pytest')}, nbval {versions.get('nbval')}, "
+        f"nbgrader {versions.get('nbgrader')}",
+        f"- commit {versions.get('commit')}; {versions.get('date')}; budget {budget}; "
+        f"{report['progress']}",
         f"- strict mode: {strict}; a false claim is recorded, its cell goes on, its lesson fails",
     ]
 
@@ -135,7 +115,6 @@ def _lesson_lines(report: dict) -> list[str]:
             lines.append(f"\n{row['notebook']}: {first}")
         if row["machine_cause"]:
             lines.append(f"\n{row['notebook']}: the machine's problem: {row['machine_cause']}")
-        lines += [f"\n{row['notebook']}: claim FAILED: {claim}" for claim in row["failed_claims"]]
     return lines
 
 
@@ -162,14 +141,13 @@ def _claim_lines(report: dict) -> list[str]:
 
 
 def _part_lines(title: str, part: dict) -> list[str]:
+    """A pytest run: its counts and failures (the machine's and the skipped are not validated)."""
     counts = f"{part['passed']} passed, {len(part['failed'])} failed, {len(part['machine'])} the "
     counts += (
         f"machine's, {len(part['skipped'])} skipped in {part['seconds']} s (log: {part['log']})"
     )
     lines = ["", f"## {title}: {part['result']}", "", counts]
-    lines += [f"- FAILED {t}" for t in part["failed"]]
-    lines += [f"- the machine's, not validated: {t}" for t in part["machine"]]
-    return lines + [f"- skipped {t}" for t in part["skipped"]]
+    return lines + [f"- FAILED {t}" for t in part["failed"]]
 
 
 def render_markdown(report: dict) -> str:

@@ -21,11 +21,9 @@ STATED = {"a C compiler": "compiler", "two GPUs": "gpus", "DALI's TensorFlow plu
 
 
 def _claim_line(entry: dict) -> str:
-    measured = entry.get("measured")
-    value = (
-        f"{measured:.3g}{entry.get('unit') or ''}, " if isinstance(measured, (int, float)) else ""
-    )
-    return f"{entry.get('claim')}: {value}expected {entry.get('bound')}"
+    value, unit = entry.get("measured"), entry.get("unit") or ""
+    shown = f"{value:.3g}{unit}, " if isinstance(value, (int, float)) else ""
+    return f"{entry.get('claim')}: {shown}expected {entry.get('bound')}"
 
 
 def explained(message: str, code: str | None, machine: list[dict]) -> dict | None:
@@ -36,23 +34,6 @@ def explained(message: str, code: str | None, machine: list[dict]) -> dict | Non
         if uses and re.search(found.get("symptoms") or "$^", message or "", flags=re.I):
             return found
     return None
-
-
-def _classify_claims(step: dict, rerun: dict | None, busy: list[str]) -> list[dict]:
-    """Each claim checked on the GPU: pass, false, flaky (passed when run again), busy."""
-    again = {e.get("claim"): e for e in (rerun or {}).get("claims", []) if e["kind"] == "claim"}
-    out = []
-    for e in step.get("claims", []):
-        if e["kind"] != "claim" or not e.get("checked", True):
-            continue
-        verdict = "pass" if e.get("passed") else "false"
-        if verdict == "false" and busy:
-            verdict = "busy"
-        elif verdict == "false" and (again.get(e.get("claim")) or {}).get("passed"):
-            verdict = "flaky"
-        keys = ("claim", "measured", "unit", "bound", "passed", "device", "source")
-        out.append({**{k: e.get(k) for k in keys}, "verdict": verdict})
-    return out
 
 
 def _unmet(step: dict, machine: list[dict], rehearsal: bool) -> list[tuple[str, str, str]]:
@@ -78,11 +59,21 @@ def _unmet(step: dict, machine: list[dict], rehearsal: bool) -> list[tuple[str, 
 def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     """One lesson: its parts' results, its claims and verdicts, the claims that did not run."""
     machine, code = run.get("machine") or [], step.get("code", "")
-    cells_part = step.get("parts") or []
+    cell_part = {f"Cell {i}": part for i, part in enumerate(step.get("parts") or [])}
     entries = (run.get("catalogue") or {}).get(step["lesson"], [])
     cases = step.get("cases", [])
     bad = [c for c in cases if c["outcome"] in {"failed", "error"}]
-    claims = _classify_claims(step, rerun, run.get("busy") or [])
+    again = {e.get("claim"): e for e in (rerun or {}).get("claims", []) if e["kind"] == "claim"}
+    claims = []  # each claim checked on the GPU: pass, false, flaky (passed when run again), busy
+    for e in step.get("claims", []):
+        if e["kind"] != "claim" or not e.get("checked", True):
+            continue
+        verdict = "pass" if e.get("passed") else "false"
+        if verdict == "false" and run.get("busy"):
+            verdict = "busy"
+        elif verdict == "false" and (again.get(e.get("claim")) or {}).get("passed"):
+            verdict = "flaky"
+        claims.append({**e, "verdict": verdict})
     unchecked = [
         e
         for e in step.get("claims", [])
@@ -95,11 +86,11 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     causes = {c["name"]: explained(c.get("message", ""), code, machine) for c in bad}
     for name, cause in causes.items():
         if cause and cause["kind"] == "gap":
-            part = _part_of_case(name, cells_part)
-            unmet.append((part, cause["code"], f"{name} failed: {cause['problem']}"))
+            why = f"{name} failed: {cause['problem']}"
+            unmet.append((cell_part.get(name, "PyTorch"), cause["code"], why))
     parts = {}
-    for part in dict.fromkeys(["PyTorch", *cells_part, *(p for p, _, _ in unmet)]):
-        cells = [c for c in bad if _part_of_case(c["name"], cells_part) == part]
+    for part in dict.fromkeys(["PyTorch", *cell_part.values(), *(p for p, _, _ in unmet)]):
+        cells = [c for c in bad if cell_part.get(c["name"], "PyTorch") == part]
         problems = [causes[c["name"]] for c in cells]
         mine = [c for c in claims if catalogue.part_of(entries, c["claim"]) == part]
         why = list(dict.fromkeys(f"{what} ({reason})" for p, what, reason in unmet if p == part))
@@ -112,13 +103,7 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
             result = "inconclusive"
         else:
             result = "not validated" if why else "passed"
-        passed = sum(c["verdict"] == "pass" for c in mine)
-        parts[part] = {
-            "result": result,
-            "not_validated": why,
-            "failed_cells": len(cells),
-            "claims": f"{passed}/{len(mine)}",
-        }
+        parts[part] = {"result": result, "not_validated": why}
     results = [p["result"] for p in parts.values()]
     if step.get("timed_out"):
         results.append("timeout")
@@ -135,7 +120,6 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
         "failed_cells": [f"{c['name']}: {c['message']}" for c in bad],
         "machine_cause": problem and f"{problem['problem']} (fix: {problem['fix']})",
         "claims": claims,
-        "failed_claims": [_claim_line(c) for c in claims if c["verdict"] != "pass"],
         "would_check": [_claim_line(e) for e in unchecked],
         "claims_not_run": [e["text"] for e in not_run],
         "not_validated_on_gpu": [f"{what} ({why})" for _, what, why in unmet],
@@ -144,29 +128,20 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     }
 
 
-def _part_of_case(name: str, parts: list[str]) -> str:
-    found = re.fullmatch(r"Cell (\d+)", name)
-    index = int(found.group(1)) if found else -1
-    return parts[index] if 0 <= index < len(parts) else "PyTorch"
-
-
 def pytest_part(step: dict, label: str, machine: list[dict], not_validated: list[dict]) -> dict:
     """A pytest run's summary (the gpu tests, a lesson's grading): a skipped test, a part a grading
     test says it could not judge here, and a failure the machine explains are not validated."""
-    cases = step.get("cases", [])
-    failed, machines = [], []
+    cases, failed, machines, said = step.get("cases", []), [], [], []
     for c in cases:
-        for item in c.get("not_validated") or []:
-            not_validated.append({"what": f"{label}: {item}", "why": "this machine", "where": []})
+        said += [(item, "this machine") for item in c.get("not_validated") or []]
         if c["outcome"] == "skipped":
-            not_validated.append({"what": f"{label}: {c['id']}", "why": c["message"], "where": []})
+            said.append((c["id"], c["message"]))
         if c["outcome"] in {"failed", "error"}:
             cause = explained(c["message"], None, machine)
-            line = f"{c['id']}: {c['message']}"
-            (machines if cause else failed).append(line)
+            (machines if cause else failed).append(f"{c['id']}: {c['message']}")
             if cause:
-                why = f"the machine's: {cause['problem']}"
-                not_validated.append({"what": f"{label}: {c['id']}", "why": why, "where": []})
+                said.append((c["id"], f"the machine's: {cause['problem']}"))
+    not_validated += [{"what": f"{label}: {what}", "why": why, "where": []} for what, why in said]
     if step.get("timed_out"):
         failed.append(f"the {label} timed out")
     elif not cases:
@@ -197,8 +172,6 @@ def not_run(step: dict) -> str | None:
 def build_report(run: dict) -> dict:
     """The report from a run's record: ``run["steps"]`` (each with its cases, claims, code and
     parts loaded), facts, versions, machine (problems and gaps), GPU states, catalogue."""
-    from .render import environment
-
     run = dict(run)
     run["busy"] = busy_reasons(run.get("gpu_before")) + [
         r for r in busy_reasons(run.get("gpu_after"), "after the run") if "MIG" not in r
@@ -250,18 +223,15 @@ def build_report(run: dict) -> dict:
     else:
         status = "partial" if not_validated or skipped else "passed"
     done = sum(not not_run(s) for s in steps)
+    stopped = f"; {run['stopped']}" if run.get("stopped") else ""
     return {
+        **{key: run.get(key) for key in ("budget", "busy", "gpu_before", "gpu_after")},
+        **{key: run.get(key) or {} for key in ("facts", "versions")},
         "status": status,
         "problems": problems,
         "skipped": skipped,
-        "progress": f"{done} of {len(steps)} steps finished"
-        + (f"; {run['stopped']}" if run.get("stopped") else ""),
-        "budget": run.get("budget"),
-        "busy": run["busy"],
+        "progress": f"{done} of {len(steps)} steps finished{stopped}",
         "machine": run.get("machine") or [],
-        "environment": environment(run.get("facts") or {}, run.get("versions") or {}),
-        "gpu_before": run.get("gpu_before"),
-        "gpu_after": run.get("gpu_after"),
         "notebooks": rows,
         "grading": graded,
         "gpu_tests": gpu_tests,

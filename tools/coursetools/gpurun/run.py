@@ -1,4 +1,4 @@
-"""`make test-gpu`, `make wheelhouse`, `make gpu-kit`: the GPU runner's command line.
+"""`make test-gpu`: the GPU runner's command line.
 
     python -m coursetools.gpurun                     # check the machine, run all: test-artifacts/
     python -m coursetools.gpurun --budget 540 01_verify_gpu 09_make_it_fast  # within 9 minutes
@@ -6,7 +6,6 @@
     python -m coursetools.gpurun --rehearse 01_verify_gpu   # on a CPU: "not validated: no GPU"
     python -m coursetools.gpurun --report-only DIR   # the report again, from what a run left in DIR
     python -m coursetools.gpurun --setup [--wheelhouse DIR] # add what the suite lacks, offline
-    python -m coursetools.gpurun --kit DIR --have FREEZE [--python-version 3.12 --platform P]
 
 The work runs in the order of its value: the chosen lessons, their grading, the gpu tests, the
 bench. With --budget, a step whose estimate does not fit in what is left is not started, and one
@@ -21,20 +20,22 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import gpustate, kit, preflight, steps, wheels
+from . import gpustate, preflight, steps, wheels
+from .catalogue import lesson_claims
+from .render import render_markdown
+from .report import build_report
 
-NOT_READ = "not read: a CPU rehearsal"
 RESERVE_S = 10  # kept for the last report and the GPU's state after the run
 # A step's seconds, for the budget: a run reads them from its folder's last run.json; else these,
 # the 2-core stand-in's longest of lessons 01, 02, 09 (31 s) and their grading (202 s), rounded up.
-ESTIMATES = {"lesson": 60, "grading": 210, "small": 30, "gpu tests": 120, "bench": 60}
+ESTIMATES = {"lesson": 60, "grading": 210, "gpu tests": 120, "bench": 60}
+ESTIMATES["grading the small assignment"] = 30
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,73 +56,34 @@ def parser() -> argparse.ArgumentParser:
     add("--require-all", action="store_true", help="fail when a part is not validated or not run")
     add("--setup", action="store_true", help="add what the suite needs beside this PyTorch")
     add("--wheelhouse", help="with --setup: install offline, from this folder of wheels")
-    add("--requirements", type=Path, help="with --setup: these, not the suite's")
-    add("--download", metavar="DIR", help="gather the suite's wheels in DIR (make wheelhouse)")
-    add("--kit", metavar="DIR", help="make the GPU kit in DIR: the project and wheels")
-    add("--have", type=Path, help="with --download or --kit: what the GPU machine has (pip freeze)")
-    add("--python-version", help="with --download or --kit: for this Python, e.g. 3.12")
-    add("--platform", help="with --download or --kit: e.g. manylinux_2_28_x86_64")
+    add("--requirements", type=Path, help="with --setup: these (a file), not the suite's")
     return p
 
 
-def download(args) -> int:
-    have = wheels.have_names(args.have) if args.have else set()
-    for command in wheels.download_commands(
-        args.download, args.python_version, args.platform, have=have
-    ):
-        print("$ " + " ".join(command), flush=True)
-        if subprocess.run(command).returncode != 0:
-            return 1
-    if have:
-        print(f"left out {len(wheels.prune(Path(args.download), have))} wheel(s) {args.have} has")
-    print(f"{args.download}: {wheels.size_mib(Path(args.download)):.1f} MiB")
-    return 0
-
-
-def make_kit(args) -> int:
-    if not args.have:
-        print("--kit needs --have FILE: the GPU machine's `pip freeze`", file=sys.stderr)
-        return 2
-    dest = Path(args.kit).resolve()
-    made = kit.make_kit(dest, args.have, args.python_version, args.platform)
-    print(kit.kit_message(dest, made))
-    return 1 if made["size_mib"] > kit.KIT_LIMIT_MIB else 0
-
-
-def lesson_notebooks(names: list[str]) -> tuple[list[Path], list[str]]:
-    """The lessons named, in the order named (the order of their value), else every one."""
-    found = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
-    unknown = sorted(set(names) - set(found))
-    if unknown:
-        raise SystemExit(f"unknown lesson(s): {', '.join(unknown)}")
-    return [found[name] for name in dict.fromkeys(names or found)], list(found)
-
-
-def plan(notebooks: list[Path], args, before: dict) -> list[dict]:
-    """Every step, in the order of its value; what is not asked for is left out, with why."""
-
-    def step(kind, name, lesson=None, skip=None, estimate=None):
-        known = (before.get(name) or {}).get("seconds")
-        estimate = known or estimate or ESTIMATES[kind]
-        state = "left out" if skip else "planned"
-        return dict(id=name, kind=kind, lesson=lesson, estimate=estimate, state=state, why=skip)
-
+def plan(notebooks: list[Path], args, before: dict[str, float]) -> list[dict]:
+    """Every step, in the order of its value, its estimate the last run's seconds (``before``)
+    or a guess; what is not asked for is left out, with why."""
     no_gpu = "not run: no GPU: a CPU rehearsal" if args.rehearse else None
-    grading = "not run: not asked for (--no-grading)" if args.no_grading else None
-    found = [step("lesson", f"lesson {nb.parent.name}", nb.parent.name) for nb in notebooks]
-    for i, nb in enumerate(notebooks):
-        found[i]["notebook"] = str(nb.relative_to(steps.ROOT))
-    found.append(
-        step("grading", "grading the small assignment", skip=grading, estimate=ESTIMATES["small"])
-    )
-    found += [
-        step("grading", f"grading {nb.parent.name}", nb.parent.name, grading) for nb in notebooks
-    ]
-    tests = no_gpu or ("not run: not asked for (--no-gpu-tests)" if args.no_gpu_tests else None)
-    found.append(step("gpu tests", "gpu tests", skip=tests))
-    return found + [
-        step("bench", "bench", skip=no_gpu or ("not run: --no-bench" if args.no_bench else None))
-    ]
+    skip = {
+        "grading": args.no_grading and "not run: not asked for (--no-grading)",
+        "gpu tests": no_gpu or args.no_gpu_tests and "not run: not asked for (--no-gpu-tests)",
+        "bench": no_gpu or args.no_bench and "not run: not asked for (--no-bench)",
+    }
+    lessons = {nb.parent.name: str(nb.relative_to(steps.ROOT)) for nb in notebooks}
+    found = [("lesson", f"lesson {name}", name) for name in lessons]
+    found += [("grading", "grading the small assignment", None)]
+    found += [("grading", f"grading {name}", name) for name in lessons]
+    found += [("gpu tests", "gpu tests", None), ("bench", "bench", None)]
+    planned = []
+    for kind, name, lesson in found:
+        why = skip.get(kind) or None
+        estimate = before.get(name) or ESTIMATES.get(name) or ESTIMATES[kind]
+        state = "left out" if why else "planned"
+        planned.append(dict(id=name, kind=kind, lesson=lesson, estimate=estimate, state=state))
+        planned[-1]["why"] = why
+        if kind == "lesson":
+            planned[-1]["notebook"] = lessons[lesson]
+    return planned
 
 
 class Runner:
@@ -131,10 +93,6 @@ class Runner:
         self.run, self.artifacts, self.args = run, artifacts, args
         self.lock = threading.RLock()
 
-    def left(self) -> float:
-        budget = self.run.get("budget")
-        return budget - (time.time() - self.run["started"]) - RESERVE_S if budget else float("inf")
-
     def save(self) -> dict:
         with self.lock:
             return write(self.run, self.artifacts)
@@ -142,11 +100,12 @@ class Runner:
     def start(self, step: dict) -> float | None:
         """The step's time limit, or None (and why, in the step) when it cannot finish in time."""
         with self.lock:
-            left = self.left()
+            budget = self.run.get("budget")
+            spent = time.time() - self.run["started"]
+            left = budget - spent - RESERVE_S if budget else float("inf")
             if step["estimate"] > left:
-                step["state"] = "left out"
                 need = f"needs about {step['estimate']:.0f} s, {max(left, 0):.0f} s left"
-                step["why"] = f"not run: out of time ({need})"
+                step.update(state="left out", why=f"not run: out of time ({need})")
                 self.save()
                 return None
             step.update(state="running", started=time.time())
@@ -176,34 +135,31 @@ class Runner:
         print(f"{step['id']}: exit {result['returncode']}, {result['seconds']} s", flush=True)
 
     def go(self) -> None:
-        todo = self.run["steps"]
-        i = 0
+        """Each planned step in turn; the grading steps several at a time; a lesson again when one
+        of its claims failed (is the claim flaky or false?)."""
+        todo, i = self.run["steps"], 0
         while i < len(todo):
-            step = todo[i]
+            step, i = todo[i], i + 1
             if step["state"] != "planned":
-                i += 1
                 continue
             if step["kind"] == "grading":
-                group = [s for s in todo[i:] if s["kind"] == "grading" and s["state"] == "planned"]
+                group = [s for s in todo if s["kind"] == "grading" and s["state"] == "planned"]
                 with ThreadPoolExecutor(max(1, self.args.jobs)) as pool:
                     list(pool.map(self.execute, group))
                 continue
             self.execute(step)
-            if step["kind"] == "lesson" and self.args.reruns > 0 and self.failed_claims(step):
+            claims = steps.read_claims(self.artifacts / step["claims"]) if "claims" in step else []
+            checked = [e for e in claims if e["kind"] == "claim" and e.get("checked", True)]
+            failed = [e for e in checked if not e["passed"]]
+            if step["kind"] == "lesson" and self.args.reruns > 0 and failed:
                 print("  a claim failed: the lesson runs again (is the claim flaky or false?)")
                 again = {"id": f"rerun {step['lesson']}", "kind": "rerun", "state": "planned"}
-                todo.insert(i + 1, {**step, **again, "returncode": None, "seconds": None})
-            i += 1
-
-    def failed_claims(self, step: dict) -> bool:
-        entries = steps.read_claims(self.artifacts / step["claims"]) if "claims" in step else []
-        return any(
-            e["kind"] == "claim" and e.get("checked", True) and not e["passed"] for e in entries
-        )
+                todo.insert(i, {**step, **again, "returncode": None, "seconds": None})
 
 
 def load(run: dict, artifacts: Path) -> dict:
-    """The record with what its steps left on disk: JUnit cases, claims, the lesson's code."""
+    """The record with what its steps left on disk: JUnit cases, claims, the lesson's code, the
+    bench card."""
     loaded = []
     for step in run["steps"]:
         step = dict(step)
@@ -215,16 +171,17 @@ def load(run: dict, artifacts: Path) -> dict:
             step["code"] = "\n".join(steps.code_cells(steps.ROOT / step["notebook"]))
             step["parts"] = steps.cell_parts(steps.ROOT / step["notebook"])
         if step["kind"] == "bench" and step["state"] == "done":
-            step["card"] = steps.read_bench(artifacts / "bench.json", step)
+            try:
+                step["card"] = json.loads((artifacts / "bench.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                error = f"no card (exit {step.get('returncode')}); log: {step.get('log')}"
+                step["card"] = {"error": error}
         loaded.append(step)
     return {**run, "steps": loaded}
 
 
 def write(run: dict, artifacts: Path) -> dict:
     """run.json, gpu-report.json and gpu-report.md, each replaced whole (never left half)."""
-    from .render import render_markdown
-    from .report import build_report
-
     report = build_report(load(run, artifacts))
     texts = {
         "run.json": json.dumps(run, indent=1),
@@ -236,15 +193,6 @@ def write(run: dict, artifacts: Path) -> dict:
         part.write_text(text + "\n", encoding="utf-8")
         os.replace(part, artifacts / name)
     return report
-
-
-def last_times(record: Path) -> dict:
-    """The steps a run recorded in this folder before, finished in time: their seconds."""
-    try:
-        found = json.loads(record.read_text(encoding="utf-8"))["steps"]
-    except (OSError, ValueError, KeyError):
-        return {}
-    return {s["id"]: s for s in found if s["state"] == "done" and not s.get("timed_out")}
 
 
 def verdict(report: dict, require_all: bool) -> int:
@@ -260,13 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         report = write(json.loads((folder / "run.json").read_text(encoding="utf-8")), folder)
         print((folder / "gpu-report.md").read_text(encoding="utf-8"))
         return verdict(report, args.require_all)
-    if args.download:
-        return download(args)
-    if args.kit:
-        return make_kit(args)
     if args.setup:
-        lines = args.requirements.read_text().splitlines() if args.requirements else None
-        return wheels.setup(args.wheelhouse, lines and [s.strip() for s in lines if s.strip()])
+        return wheels.setup(args.wheelhouse, args.requirements)
     problem, doctor = (None if args.rehearse else preflight.quick_problem()), {}
     if problem is None and not args.preflight:
         doctor = steps.doctor_report()
@@ -276,26 +219,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.preflight:
         return 0
-    from .catalogue import lesson_claims
-
     started = time.time()
-    notebooks, every = lesson_notebooks(args.lessons)
+    found = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
+    if set(args.lessons) - set(found):
+        raise SystemExit(f"unknown lesson(s): {', '.join(sorted(set(args.lessons) - set(found)))}")
+    notebooks = [found[name] for name in dict.fromkeys(args.lessons or found)]  # in value order
     artifacts = args.artifacts.resolve()
     for folder in ("logs", "junit", "claims"):
         (artifacts / folder).mkdir(parents=True, exist_ok=True)
-    before = last_times(artifacts / "run.json")
-    machine = preflight.machine_problems() + preflight.machine_gaps(doctor, preflight.local_facts())
+    try:  # the steps the last run in this folder finished in time: their seconds
+        last = json.loads((artifacts / "run.json").read_text(encoding="utf-8"))["steps"]
+    except (OSError, ValueError, KeyError):
+        last = []
+    before = {
+        s["id"]: s["seconds"] for s in last if s["state"] == "done" and not s.get("timed_out")
+    }
+    machine = preflight.machine_problems(doctor) + preflight.machine_gaps(
+        doctor, preflight.local_facts()
+    )
     for found in machine:
         print(f"the machine's: {found['problem']}.", file=sys.stderr)
     run = {
         "started": started,
         "budget": args.budget,
         "rehearsal": args.rehearse,
-        "all_lessons": every,
+        "all_lessons": list(found),
         "facts": doctor.get("facts") or {},
         "versions": steps.versions(),
         "machine": machine,
-        "gpu_before": {"error": NOT_READ} if args.rehearse else gpustate.gpu_state(),
+        "gpu_before": {"error": "not read: a CPU rehearsal"}
+        if args.rehearse
+        else gpustate.gpu_state(),
         "catalogue": {nb.parent.name: lesson_claims(nb) for nb in notebooks},
         "steps": plan(notebooks, args, before),
     }
@@ -308,9 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.save()
         os._exit(1)
 
-    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), stopped)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stopped)
     mode = "a CPU rehearsal, no strict mode" if args.rehearse else f"{steps.REQUIRE_GPU_VAR}=1"
     print(f"{mode}; {len(notebooks)} lesson(s); budget {args.budget or 'none'}; in {artifacts}")
     runner.save()

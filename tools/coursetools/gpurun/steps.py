@@ -5,11 +5,13 @@ JSON lines), so a report can be rebuilt from the artifacts folder alone."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,13 +33,13 @@ PARTS = {
 RUNNING: set[subprocess.Popen] = set()  # what a stop must end
 
 
-def child_env(rehearsal: bool = False, **extra: str) -> dict:
+def child_env(rehearsal: bool = False) -> dict:
     """Strict mode on (off in a rehearsal); gpucourse and coursetools from this checkout."""
     drop = {CLAIMS_VAR, REQUIRE_GPU_VAR, REHEARSAL_VAR, DEFER_VAR}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update({REHEARSAL_VAR: "1"} if rehearsal else {REQUIRE_GPU_VAR: "1"})
     paths = (str(ROOT / "utils"), str(ROOT / "tools"), env.get("PYTHONPATH"))
-    return {**env, **extra, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 def code_cells(path: Path) -> list[str]:
@@ -79,10 +81,8 @@ def execute(command: list[str], log: Path, timeout: float, env: dict) -> dict:
 
 
 def stop(child: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     child.wait()
 
 
@@ -134,14 +134,12 @@ def summarize(text: str, limit: int = 300) -> str:
 
 
 def parse_junit(path: Path) -> list[dict]:
-    """Each test case of a JUnit XML file: id, name, outcome, seconds, message, properties (the
-    "not_validated" ones a grading test records)."""
-    if not Path(path).exists():
-        return []
+    """Each test case of a JUnit XML file: id, name, outcome, message, properties (the
+    "not_validated" ones a grading test records); none from a file a stop cut short."""
     try:
         root = ET.parse(path).getroot()
-    except ET.ParseError:
-        return []  # cut short by a stop
+    except (OSError, ET.ParseError):
+        return []
     cases = []
     for case in root.iter("testcase"):
         outcome, message = "passed", ""
@@ -159,7 +157,6 @@ def parse_junit(path: Path) -> list[dict]:
                 "id": f"{classname}::{name}" if classname else name,
                 "name": name,
                 "outcome": outcome,
-                "seconds": float(case.get("time") or 0),
                 "message": message,
                 "not_validated": [v for k, v in properties if k == "not_validated"],
             }
@@ -177,39 +174,22 @@ def doctor_report() -> dict:
         return {"facts": {}, "findings": [], "error": (done.stderr or done.stdout)[-2000:]}
 
 
-def read_bench(path: Path, result: dict) -> dict:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {"error": f"no card (exit {result.get('returncode')}); log: {result.get('log')}"}
-
-
 def versions() -> dict:
+    """The tools' versions, the date and the checkout's commit (a kit's copy has no .git: the
+    commit its KIT.json names)."""
     found = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "executable": sys.executable}
     for name in ("pytest", "nbval", "nbgrader", "nvidia-ml-py"):
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             found[name] = "not installed"
-    found["commit"] = commit()
-    return found
-
-
-def commit() -> str:
-    """The checkout's commit; a kit's project has no .git: its KIT.json names the commit."""
-    git = ["git", "-C", str(ROOT)]
-    try:
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    kit, commit = ROOT / "KIT.json", None
+    if kit.exists():  # a kit's copy of the project
+        commit = f"{json.loads(kit.read_text()).get('commit')} (the kit's; the copy has no .git)"
+    elif shutil.which("git"):
+        describe = ["git", "-C", str(ROOT), "describe", "--always", "--exclude=*"]
+        done = subprocess.run(
+            [*describe, "--dirty= (with uncommitted changes)"], capture_output=True, text=True
         )
-        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
-        if head.returncode == 0:
-            return head.stdout.strip() + (
-                " (with uncommitted changes)" if dirty.stdout.strip() else ""
-            )
-    except OSError:
-        pass
-    kit = ROOT / "KIT.json"
-    if kit.exists():
-        return f"{json.loads(kit.read_text()).get('commit')} (the kit's; the copy has no .git)"
-    return "unknown: no .git and no KIT.json"
+        commit = done.stdout.strip() if done.returncode == 0 else None
+    return {**found, "commit": commit or "unknown: no .git and no KIT.json"}
