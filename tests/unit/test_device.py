@@ -15,18 +15,39 @@ def no_cuda(monkeypatch):
     monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
 
 
-@pytest.fixture
-def one_gpu(monkeypatch):
+# torch.cuda.get_arch_list() of PyTorch's builds (docs/pytorch-cuda-builds.toml); PyPI's 2.14.1
+# (CUDA 13.0) prints the same list as 2.11.0+cu128
+CU126_ARCH = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+CU128_ARCH = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+def fake_gpu(monkeypatch, capability=(9, 0), arch=("sm_90",), name="Fake GPU"):
+    """One visible GPU of ``capability``, and a PyTorch built for ``arch``."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch))
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    fake_gpu(monkeypatch)
+
+
+@pytest.fixture
+def pascal(monkeypatch):
+    """A GTX 1080 (compute capability 6.1) under PyPI's CUDA 13.0 build: CUDA starts, and no
+    kernel runs."""
+    fake_gpu(monkeypatch, (6, 1), CU128_ARCH, "NVIDIA GeForce GTX 1080")
 
 
 def test_falls_back_to_cpu_and_says_why(no_cuda, capsys):
     assert gpucourse.choose_device() == torch.device("cpu")
     out = capsys.readouterr().out
-    assert "No CUDA GPU" in out and "Falling back to the CPU" in out
+    assert "No usable CUDA GPU" in out and "Falling back to the CPU" in out
 
 
 def test_fallback_on_colab_says_how_to_get_a_gpu(no_cuda, monkeypatch, capsys):
@@ -76,6 +97,83 @@ def test_strict_mode_still_allows_an_explicit_cpu(no_cuda, monkeypatch):
 def test_takes_the_gpu_when_there_is_one(one_gpu, capsys):
     assert gpucourse.choose_device() == torch.device("cuda", 0)
     assert "Fake GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "capability, arch",
+    [
+        ((9, 0), ["sm_90"]),
+        ((8, 6), ["sm_80"]),  # an sm_80 cubin runs on 8.6, a later minor of its major
+        ((8, 9), CU128_ARCH),  # an L4 on the GPU set's build (sm_86)
+        ((12, 1), ["sm_90", "compute_90"]),  # only PTX, which the driver compiles for later GPUs
+        ((6, 1), CU126_ARCH),  # Pascal on PyTorch's CUDA 12.6 build (sm_60)
+        ((5, 2), CU126_ARCH),  # Maxwell (sm_50)
+    ],
+)
+def test_a_gpu_the_build_has_kernels_for_is_kept(monkeypatch, capsys, capability, arch):
+    fake_gpu(monkeypatch, capability, arch)
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+    assert gpucourse.choose_device() == torch.device("cuda", 0)
+    assert gpucourse.choose_device("cuda:0", verbose=False) == torch.device("cuda", 0)
+    assert capsys.readouterr().out == "Using cuda:0: Fake GPU.\n"
+
+
+def test_a_gpu_without_kernels_in_this_build_falls_back_with_the_reason(pascal, capsys):
+    """PyPI's torch sees a GTX 1080 but has no kernels for it: its first kernel would fail with
+    "no kernel image is available"."""
+    assert gpucourse.choose_device() == torch.device("cpu")
+    out = capsys.readouterr().out
+    assert "No usable CUDA GPU: this PyTorch" in out
+    assert "NVIDIA GeForce GTX 1080 (sm_61)" in out
+    assert "built for sm_75 sm_80 sm_86 sm_90 sm_100 sm_120" in out
+    assert "Falling back to the CPU" in out
+    # what to do: which builds cover it, and no advice to install what has just failed
+    assert "CUDA 12.6 builds" in out and "Pascal" in out and "Colab's GPUs" in out
+    assert "GPU=0" not in out
+    assert gpucourse.choose_device(verbose=False) == torch.device("cpu")
+    assert capsys.readouterr().out == "", "verbose=False is quiet"
+    assert gpucourse.device_facts().device == "cpu"
+
+
+@pytest.mark.parametrize("want", ["cuda", "cuda:0"])
+def test_asking_for_a_gpu_without_kernels_is_explained(pascal, want):
+    with pytest.raises(gpucourse.DeviceError) as raised:
+        gpucourse.choose_device(want)
+    message = str(raised.value)
+    assert message.startswith(f"{want!r} asked for, but this PyTorch")
+    assert "GTX 1080 (sm_61)" in message and "CUDA 12.6 builds" in message
+    assert "choose_device() with no argument falls back to the CPU" in message
+
+
+def test_strict_mode_refuses_a_gpu_without_kernels(pascal, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+    with pytest.raises(RuntimeError, match=r"forbids the CPU fallback: .*GTX 1080 \(sm_61\)"):
+        gpucourse.choose_device()
+
+
+@pytest.mark.parametrize(
+    "arch, capability, runs",
+    [
+        (CU128_ARCH, (9, 0), True),
+        (CU128_ARCH, (8, 9), True),  # an sm_86 cubin runs on 8.9 (a later minor)
+        (CU128_ARCH, (12, 1), True),  # sm_120 on 12.1
+        (CU128_ARCH, (7, 0), False),  # Volta, Pascal and Maxwell: no kernels in this build
+        (CU128_ARCH, (6, 0), False),
+        (CU128_ARCH, (6, 1), False),
+        (CU128_ARCH + ["compute_120"], (6, 1), False),  # PTX for 12.0 runs on none before it
+        (CU126_ARCH, (7, 0), True),
+        (CU126_ARCH, (6, 1), True),  # sm_60's cubin on 6.1
+        (CU126_ARCH, (5, 2), True),
+        (CU126_ARCH, (10, 0), False),  # Blackwell: no sm_100, and sm_90 is not its major
+        (["sm_80"], (9, 0), False),
+        (["sm_80", "compute_80"], (9, 0), True),  # PTX is compiled for any later GPU
+        (["compute_90"], (8, 6), False),  # but never for an earlier one
+        (["sm_90a"], (9, 0), True),
+        ([], (6, 0), True),  # an unknown list claims nothing
+    ],
+)
+def test_runs_on_reads_the_builds_architectures(arch, capability, runs):
+    assert dev.runs_on(arch, capability) is runs
 
 
 @pytest.mark.parametrize("bad", ["gpu", "cuda:x", "", "nvidia", "mps", "xpu"])

@@ -514,43 +514,51 @@ def test_colab_is_recognized_in_a_command_the_notebook_runs(monkeypatch):
 
 # the shape of torch 2.11.0+cu128's list
 CU128_ARCH = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
-
-
-@pytest.mark.parametrize(
-    "arch, capability, runs",
-    [
-        (CU128_ARCH, "9.0", True),
-        (CU128_ARCH, "8.9", True),  # an sm_86 cubin runs on 8.9 (a later minor)
-        (CU128_ARCH, "7.0", False),  # Volta and Pascal: no kernels in this build
-        (CU128_ARCH, "6.0", False),
-        (["sm_80"], "9.0", False),
-        (["sm_80", "compute_80"], "9.0", True),  # PTX is compiled for any later GPU
-        (["sm_90a"], "9.0", True),
-        ([], "6.0", True),  # an unknown list claims nothing
-    ],
-)
-def test_runs_on_reads_the_builds_architectures(arch, capability, runs):
-    assert doctor.runs_on(arch, capability) is runs
+P100 = {"index": 0, "name": "Tesla P100-PCIE-16GB", "memory_gib": 15.9, "compute_capability": "6.0"}
 
 
 def test_a_gpu_the_pytorch_build_has_no_kernels_for():
-    p100 = {
-        "index": 0,
-        "name": "Tesla P100-PCIE-16GB",
-        "memory_gib": 15.9,
-        "compute_capability": "6.0",
-    }
     machine = facts(
-        driver={"gpus": [p100], "cuda": "12.8", "version": "570.1"},
+        driver={"gpus": [P100], "cuda": "12.8", "version": "570.1"},
         torch={
             "version": "2.11.0+cu128",
             "cuda": "12.8",
             "arch": CU128_ARCH,
-            "devices": [p100["name"]],
+            "devices": [P100["name"]],
         },
     )
     error = only_error(doctor.diagnose(machine))
     assert error.code == "no_kernels_for_gpu"
     assert "Tesla P100-PCIE-16GB (compute capability 6.0)" in error.problem
+    # the fix names the builds that do have its kernels, and never the set it is running
+    assert "CUDA 12.6 builds" in error.fix and "GPU=0" not in error.fix
     # the H100 runs them
     assert "error" not in levels(doctor.diagnose(facts(torch={"arch": CU128_ARCH})))
+
+
+def test_no_driver_update_is_asked_for_a_build_without_kernels_for_the_gpu():
+    """A P100 with driver 550 and PyPI's CUDA 13 build: updating the driver would only start a
+    PyTorch that has no kernels for it."""
+    machine = facts(
+        driver={"gpus": [P100], "cuda": "12.4", "version": "550.54"},
+        # 2.14's get_arch_list() answers without a working driver (2.11's is empty then)
+        torch={"version": "2.14.1+cu130", "arch": CU128_ARCH, **NO_TORCH_GPU},
+        tensorflow={"installed": False},
+    )
+    assert codes(doctor.diagnose(machine), "error") == ["no_kernels_for_gpu"]
+    # a GPU the build has kernels for: the driver is what to fix
+    machine["driver"]["gpus"] = [H100]
+    assert codes(doctor.diagnose(machine), "error") == ["driver_too_old"]
+
+
+def test_a_cpu_only_pytorch_beside_a_gpu_older_than_the_course_builds():
+    """On a Pascal, PyTorch's CPU build is one of the answers: no error, and no advice to install
+    a CUDA build that has no kernels for it."""
+    machine = facts(
+        driver={"gpus": [P100]},
+        torch={"version": "2.14.1+cpu", "cuda": None, **NO_TORCH_GPU},
+        tensorflow={"installed": False},
+    )
+    finding = next(f for f in doctor.diagnose(machine) if f.code == "cpu_only_torch")
+    assert finding.level == "info" and "CUDA 12.6 builds" in finding.fix
+    assert "error" not in levels(doctor.diagnose(machine))

@@ -6,8 +6,12 @@ gpucourse doctor`` can report a broken install instead of crashing on it.
 
 import importlib
 import importlib.util
+import logging
 
 __version__ = "0.1.0"
+# PyTorch's CUDA_HOME warning on a CPU ("No CUDA runtime is found"), logged when the benchmark
+# utilities or torch.compile load torch.utils.cpp_extension: it tells a learner nothing
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 # name -> module; every other module is reached as gpucourse.plots, gpucourse.memory, ...
 _EXPORTS = {

@@ -27,14 +27,13 @@ CARDS = [
     (r"\bH100\b.*\bPCIe\b", "H100 PCIe", (51.0, 378.0, 756.5, 756.5, 2000.0, 64.0)),
     (r"\bH200\b(?!.*\bNVL\b)", "H200 SXM", (67.0, 494.5, 989.5, 989.5, 4800.0, 64.0)),
 ]
-ROWS = {
+ROWS = {  # key: (what, unit, which column of CARDS)
     **{
         key: (f"matmul {key}", "TFLOP/s", column)
         for column, key in enumerate(["fp32", "tf32", "bf16", "fp16"])
     },
     "d2d": ("copy device to device", "GB/s", 4),
     "h2d_pageable": ("copy host to device, pageable", "GB/s", 5),
-    # key: (what, unit, which column of CARDS)
     "h2d_pinned": ("copy host to device, pinned", "GB/s", 5),
 }
 NOTES = {
@@ -46,8 +45,7 @@ NOTES = {
         "tf32": "a mode of a GPU's tensor cores",
         "fp16": "not measured on CPUs",
         "d2d": "RAM to RAM: no GPU",
-        "h2d_pageable": "no GPU, so no host-to-device copy",
-        "h2d_pinned": "no GPU, so no host-to-device copy",
+        **dict.fromkeys(["h2d_pageable", "h2d_pinned"], "no GPU, so no host-to-device copy"),
     },
 }
 LINE = "{:<32}{:>10}  {:<8}{:>8}  {:>7}   {}"

@@ -14,6 +14,13 @@ REQUIRE_GPU_VAR = "GPUCOURSE_REQUIRE_GPU"
 TENSOR_CORES_FROM = (7, 0)
 BF16_TF32_FROM = (8, 0)
 FP8_FROM = (8, 9)
+KERNELS_FROM = (7, 5)  # PyTorch's CUDA 12.8 and 13 builds: docs/pytorch-cuda-builds.toml
+KERNELS_ADVICE = (  # for a GPU this PyTorch has no kernels for
+    "PyTorch's CUDA 12.8 and 13 builds, which the course's sets install, start at Turing (compute "
+    "capability 7.5); its CUDA 12.6 builds, up to 2.14, still cover Maxwell, Pascal and Volta. "
+    "Without a build for this GPU the lessons run on the CPU, or on Colab's GPUs; "
+    'docs/environments.md ("Older GPUs") says how to use a CUDA 12.6 build, at your own risk.'
+)
 
 
 class DeviceError(ValueError):
@@ -150,6 +157,17 @@ def workload(device, *, cpu, gpu, grading=None, small_gpu=None):
     )
 
 
+def runs_on(arch: list[str], capability: tuple[int, int]) -> bool:
+    """Whether a PyTorch built for ``arch`` (``torch.cuda.get_arch_list()``) has kernels for a GPU
+    of ``capability``, e.g. (6, 1)."""
+    for kind, major, minor in re.findall(r"\b(sm|compute)_(\d+)(\d)", " ".join(arch)):
+        built = (int(major), int(minor))  # sm_86 -> (8, 6), sm_120 -> (12, 0), sm_90a -> (9, 0)
+        # a cubin runs on later minors of its major, PTX on any later GPU
+        if built <= tuple(capability) and (kind == "compute" or built[0] == capability[0]):
+            return True
+    return not arch  # nothing known: no claim
+
+
 def choose_device(want: str | None = None, *, verbose: bool = True):
     """The current CUDA GPU, else the CPU with the reason; ``want`` ("cuda:1", "cpu", "meta") is
     checked and explained."""
@@ -161,28 +179,12 @@ def choose_device(want: str | None = None, *, verbose: bool = True):
             "(shapes only)."
         )
     device = torch.device("cuda" if want is None else want)
+    reason = None
     if device.type == "cuda" and not torch.cuda.is_available():
-        reason = why_no_cuda()
-        if want is not None:
-            raise DeviceError(
-                f"{want!r} asked for, but {reason}. choose_device() with no argument falls back to "
-                "the CPU."
-            )
-        if gpu_required():
-            raise RuntimeError(
-                f"{REQUIRE_GPU_VAR}=1 forbids the CPU fallback, and there is no CUDA GPU: {reason}."
-            )
-        if verbose:
-            if on_colab():
-                advice = "On Colab: Runtime > Change runtime type > a GPU (e.g. T4), then run this "
-                advice += "cell again."
-            else:
-                advice = "Run `python -m gpucourse doctor` for a diagnosis."
-            print(f"No CUDA GPU: {reason}.")
-            print("Falling back to the CPU: every lesson still runs, with smaller workloads.")
-            print(advice)
-        return torch.device("cpu")
-    if device.type == "cuda":
+        reason, advice = why_no_cuda(), "Run `python -m gpucourse doctor` for a diagnosis."
+        if on_colab():
+            advice = "On Colab: Runtime > Change runtime type > T4 GPU, then Runtime > Run all."
+    elif device.type == "cuda":
         count = torch.cuda.device_count()
         device = torch.device(
             "cuda", torch.cuda.current_device() if device.index is None else device.index
@@ -190,15 +192,32 @@ def choose_device(want: str | None = None, *, verbose: bool = True):
         if device.index >= count:
             raise DeviceError(
                 f"{want!r} asked for, but this machine shows {count} CUDA device(s) (those "
-                "CUDA_VISIBLE_DEVICES "
-                f"leaves visible): {', '.join(f'cuda:{i}' for i in range(count))}."
+                "CUDA_VISIBLE_DEVICES leaves visible): "
+                f"{', '.join(f'cuda:{i}' for i in range(count))}."
             )
-    if verbose:
-        print(
-            f"Using {device}"
-            + (f": {torch.cuda.get_device_name(device)}." if device.type == "cuda" else ".")
+        arch, capability = torch.cuda.get_arch_list(), torch.cuda.get_device_capability(device)
+        if not runs_on(arch, capability):
+            reason = (
+                f"this PyTorch ({torch.__version__}) has no kernels for the "
+                f"{torch.cuda.get_device_name(device)} (sm_{capability[0]}{capability[1]}): it "
+                f"is built for {' '.join(arch)}"
+            )
+            advice = KERNELS_ADVICE
+    if reason and want is not None:
+        raise DeviceError(
+            f"{want!r} asked for, but {reason}. {advice} choose_device() with no argument falls "
+            "back to the CPU."
         )
-    return device
+    if reason and gpu_required():
+        raise RuntimeError(f"{REQUIRE_GPU_VAR}=1 forbids the CPU fallback: {reason}.")
+    if verbose and reason:
+        print(f"No usable CUDA GPU: {reason}.")
+        print("Falling back to the CPU: every lesson still runs, with smaller workloads.")
+        print(advice)
+    elif verbose:
+        name = f": {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
+        print(f"Using {device}{name}.")
+    return torch.device("cpu") if reason else device
 
 
 @dataclass(frozen=True)
@@ -225,7 +244,6 @@ def device_facts(device=None) -> DeviceFacts:
     import torch
 
     device = torch.device(device) if device is not None else choose_device(verbose=False)
-    colab = on_colab()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         cc = (props.major, props.minor)
@@ -239,7 +257,7 @@ def device_facts(device=None) -> DeviceFacts:
             cc >= BF16_TF32_FROM,
             cc >= BF16_TF32_FROM,
             cc >= FP8_FROM,
-            colab,
+            on_colab(),
         )
     info = {}
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:  # Linux only
@@ -256,7 +274,7 @@ def device_facts(device=None) -> DeviceFacts:
         memory,
         os.cpu_count() or 1,
         bf16=bool(set(info.get("flags", "").split()) & {"avx512_bf16", "amx_bf16"}),
-        colab=colab,
+        colab=on_colab(),
     )
 
 

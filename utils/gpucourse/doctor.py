@@ -13,7 +13,7 @@ import platform
 import re
 from dataclasses import asdict, dataclass
 
-from . import __version__
+from . import __version__, device
 from .device import on_colab, probe_driver, visible_devices_problem
 from .frameworks import course_set, load_tensorflow
 
@@ -125,22 +125,6 @@ def probe_framework(key: str) -> dict:
     return facts
 
 
-def runs_on(arch: list[str], capability: str) -> bool:
-    """Whether a PyTorch built for ``arch`` (``torch.cuda.get_arch_list()``) has kernels for a GPU
-    of ``capability``."""
-    have = _version(capability)
-    for name in arch:
-        match = re.match(r"(sm|compute)_(\d+)", name)
-        if not match:
-            continue
-        kind, digits = match.groups()
-        built = (int(digits[:-1]), int(digits[-1]))  # sm_86 -> (8, 6), sm_120 -> (12, 0)
-        # a cubin runs on later minors of its major, PTX on any later GPU
-        if built <= have and (kind == "compute" or built[0] == have[0]):
-            return True
-    return not arch  # nothing known: no claim
-
-
 def probe_nvidia_packages() -> dict:
     """The installed nvidia-* wheels with the CUDA major of each, and library files that two of
     them claim."""
@@ -234,6 +218,16 @@ def _too_old(facts: dict) -> dict[str, tuple[str, str]]:
         if too_old_cuda or _version(driver.get("version"), 3) < _version(need, 3):
             old[label] = (build, need)
     return old
+
+
+def _left_out(facts: dict) -> list[str]:
+    """The GPUs the PyTorch build has no kernels for (its ``torch.cuda.get_arch_list()``)."""
+    arch = (facts.get("torch") or {}).get("arch") or []
+    return [
+        f"{gpu['name']} (compute capability {gpu['compute_capability']})"
+        for gpu in _gpus(facts)
+        if not device.runs_on(arch, _version(gpu["compute_capability"]))
+    ]
 
 
 def _gpu_usable(facts: dict) -> bool:
@@ -377,6 +371,8 @@ def _check_driver_versions(facts: dict) -> list[Finding]:
                 "it runs by minor-version compatibility."
             )
             findings.append(Finding("minor_version_compat", "info", problem))
+    if len(_left_out(facts)) == len(_gpus(facts)):  # no driver gives PyTorch kernels for them
+        old.pop("PyTorch", None)
     if old:
         builds = ", ".join(
             f"{label} (built for CUDA {build}, which needs driver {need} or newer)"
@@ -393,39 +389,36 @@ def _check_driver_versions(facts: dict) -> list[Finding]:
 
 
 def _check_torch_gpu(facts: dict) -> list[Finding]:
-    if not _gpu_usable(facts) or "PyTorch" not in _working(facts) or "PyTorch" in _too_old(facts):
+    if not _gpu_usable(facts) or "PyTorch" not in _working(facts):
         return []
     torch_ = facts["torch"]
-    driver = facts["driver"]
-    gpus = len(driver["gpus"])
-    left_out = [
-        f"{gpu['name']} (compute capability {gpu['compute_capability']})"
-        for gpu in driver["gpus"]
-        if not runs_on(torch_.get("arch") or [], gpu["compute_capability"])
-    ]
-    if not torch_.get("cuda"):
-        problem = f"PyTorch {torch_.get('version')} is a CPU-only build, but the driver sees "
-        fix = (
-            f"Install a build for CUDA {driver['cuda']} or older with the pip command at "
-            "https://pytorch.org/get-started/locally/."
-        )
-        return [Finding("cpu_only_torch", "error", f"{problem}{gpus} GPU(s).", fix)]
-    if left_out:
+    gpus = _gpus(facts)
+    if left_out := _left_out(facts):  # whatever the driver: a newer one would not help
         problem = (
             f"PyTorch {torch_.get('version')} has no kernels for {', '.join(left_out)}: "
             f"it is built for {', '.join(torch_['arch'])}."
         )
-        fix = (
-            "Use the CPU set (`make lab GPU=0`) or Colab, or a PyTorch build whose architectures "
-            "include this GPU's (https://pytorch.org/get-started/locally/)."
+        return [Finding("no_kernels_for_gpu", "error", problem, device.KERNELS_ADVICE)]
+    if "PyTorch" in _too_old(facts):
+        return []
+    if not torch_.get("cuda"):
+        problem = (
+            f"PyTorch {torch_.get('version')} is a CPU-only build, but the driver sees "
+            f"{len(gpus)} GPU(s)."
         )
-        return [Finding("no_kernels_for_gpu", "error", problem, fix)]
+        if min(_version(gpu["compute_capability"]) for gpu in gpus) < device.KERNELS_FROM:
+            return [Finding("cpu_only_torch", "info", problem, device.KERNELS_ADVICE)]
+        fix = (
+            f"Install a build for CUDA {facts['driver']['cuda']} or older with the pip command at "
+            "https://pytorch.org/get-started/locally/."
+        )
+        return [Finding("cpu_only_torch", "error", problem, fix)]
     if torch_.get("cuda_available"):
         devices = torch_.get("devices") or []
         problem = f"PyTorch sees {len(devices)} GPU(s): {', '.join(devices)}."
         return [Finding("torch_sees_gpus", "ok", problem)]
     why = torch_.get("cuda_error") or "CUDA does not start"
-    problem = f"PyTorch sees none of the {gpus} GPU(s): {why}."
+    problem = f"PyTorch sees none of the {len(gpus)} GPU(s): {why}."
     fix = "`nvidia-smi` must work, and the GPU must not be in exclusive mode."
     return [Finding("torch_cuda_fails", "error", problem, fix)]
 

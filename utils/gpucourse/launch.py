@@ -19,11 +19,9 @@ from pathlib import Path
 # s for the agents to stop their workers, then we kill all (torchrun kills a stuck one after 5 s;
 # torch 2.11: 30)
 _GRACE = 10.0
-_CAUSES = {
+_CAUSES = {  # exit codes
     1: "an uncaught exception, or sys.exit with a message",
-    2: "a command-line usage error: an unknown option or a bad "
-    # exit codes
-    "argument",
+    2: "a command-line usage error: an unknown option or a bad argument",
     -9: "SIGKILL: out of memory, or killed from outside",
     -11: "SIGSEGV: a crash in native code",
 }

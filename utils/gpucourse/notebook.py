@@ -1,7 +1,6 @@
 """What every lesson's set-up cell does: seed everything, and make a cell run out of order or an
 unanswered exercise say what to do (the error stays, so nbgrader still sees a failing cell)."""
 
-import logging
 import random
 import sys
 
@@ -51,11 +50,8 @@ def seed_tensorflow() -> None:
 
 
 def setup_notebook(seed: int = 0) -> None:
-    """Seed every generator, quiet PyTorch's CUDA_HOME warning on a CPU and, inside IPython,
-    install the error hints."""
+    """Seed every generator and, inside IPython, install the error hints."""
     set_seed(seed)
-    # "No CUDA runtime is found" when torch loads it
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
     if shell is not None:
         shell.set_custom_exc(tuple(HINTS), _handler)

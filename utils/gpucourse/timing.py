@@ -1,13 +1,9 @@
 """Time code on a CPU or GPU: ``torch.utils.benchmark`` with the course's habits (lesson 01
 writes them out first)."""
 
-import logging
 import statistics
 import timeit
 from dataclasses import dataclass
-
-# its CUDA_HOME warning when benchmark loads
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
