@@ -5,6 +5,11 @@ The definitions (`spy`, `Watch`, `BatchLog`, the read detectors, the tests' `che
 code learners are graded by. What only a GPU does comes from the CUDA rehearsal
 (`coursetools.rehearsal`): `set_sync_debug_mode`, and the synchronizations it reports from the line
 that made them.
+
+Exercise 4's test cell runs here whole, against one baseline per device, for the mistakes of its
+evaluation and model: the GPU-only ones in tests/fixtures/09_make_it_fast/cuda/, and those a CPU
+grader catches in tests/fixtures/09_make_it_fast/in_process/, judged in this process rather than
+by a notebook run each.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import coursekit as ck
 import pytest
 import torch
 from coursetools import rehearsal
-from coursetools.grading import rows
+from coursetools.grading import referee, rows
 
 import gpucourse
 from gpucourse.device import DeviceFacts
@@ -236,7 +241,7 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
     """Ex.3's whole test cell against the GPU-only mistake (cuda/syncs_through_nonzero) and the
     solution: a CPU grader cannot see the mistake; on the rehearsed CUDA path (Python 3.14's
     warnings module too) it costs Ex.3, and the solution, copying as the settings say, passes."""
-    (fixture,) = ck.fixtures(LESSON, cuda=True)
+    (fixture,) = [f for f in ck.fixtures(LESSON, cuda=True) if f.name == "syncs_through_nonzero"]
     test_cell = cell("test_fast_epoch")
     for answer, wrong in ((fixture.answers["fast_epoch"], True), (cell("fast_epoch"), False)):
         with rehearsal.parse(machine) if machine else contextlib.nullcontext():
@@ -247,6 +252,96 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
                     run_as("__main__", f"{answer}\n{test_cell}", nb)
             else:
                 run_as("__main__", f"{answer}\n{test_cell}", nb)
+
+
+# The cells Exercise 4's test relies on, after the referee's: the experiment, the baseline's run
+# (the reference answers of Exercises 2 and 3 beside it) and the locked `decoded`.
+BEFORE_EXERCISE_4 = ("workload", "model_sizes", "data", "slow_evaluate", "slow_train", "timed")
+BEFORE_EXERCISE_4 += ("baseline", "fast_settings", "fast_epoch", "decoded")
+
+
+def fast_train_of(name: str) -> str:
+    """The fast_train cell of the solution, or of a fixture ("right_compiled_step",
+    "cuda/casts_the_weights", "in_process/reads_every_batch")."""
+    if name == "solution":
+        return cell("fast_train")
+    folder, _, stem = name.rpartition("/")
+    found = ck.fixtures(LESSON, cuda=folder == "cuda") if folder != "in_process" else in_process()
+    (fixture,) = [f for f in found if f.name == stem]
+    return fixture.answers["fast_train"]
+
+
+def in_process() -> list[ck.Fixture]:
+    """tests/fixtures/09_make_it_fast/in_process/: answers judged by this file's tests alone."""
+    return [
+        ck.Fixture(
+            LESSON, path.stem, {"fast_train": path.read_text().split("# %% fast_train\n")[1]}
+        )
+        for path in sorted((ck.FIXTURES / LESSON / "in_process").glob("*.py"))
+    ]
+
+
+def exercise_4(machine: str | None, names, monkeypatch) -> dict:
+    """Each named fast_train under Exercise 4's whole test cell, at nbgrader's sizes but for one
+    epoch (what these tests judge does not depend on the epochs), on this CPU or the rehearsed
+    `machine`, against one baseline: {name: None if it passes, else its failure}."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    failures = {}
+    with rehearsal.parse(machine) if machine else contextlib.nullcontext():
+        nb = notebook("cuda" if machine else "cpu")
+        for grade_id in BEFORE_EXERCISE_4:
+            exec(cell(grade_id), nb)
+            if grade_id == "workload":
+                nb["epochs"] = 1
+        for name in names:
+            try:
+                run_as("__main__", f"{fast_train_of(name)}\n{cell('test_fast_train')}", nb)
+                failures[name] = None
+            except Exception as error:  # noqa: BLE001 (a failed test cell, whatever it raised)
+                failures[name] = f"{type(error).__name__}: {error}"
+    return failures
+
+
+def test_exercise_4_on_a_cpu(monkeypatch):
+    """On a CPU grader: an accuracy counted on the training folder, a tensor for an accuracy and a
+    read per batch (one test batch at grading sizes hides it; the test's own evaluation of the
+    training folder shows it) each fail Ex.4 with a message that names the mistake. The GPU-only
+    mistakes keep their marks here (the solution's are test_grading.py's)."""
+    wrong = {
+        "in_process/reports_training_accuracy": "the accuracy is test_root's",
+        "in_process/accuracy_as_a_tensor": "the accuracy is a Tensor: return a Python float",
+        "in_process/reads_every_batch": "2 reads from the device to evaluate the training folder",
+    }
+    right = ["cuda/trains_on_the_host", "cuda/casts_the_weights", "cuda/blocks_in_evaluation"]
+    failures = exercise_4(None, [*right, *wrong], monkeypatch)
+    assert {name: failures[name] for name in right} == dict.fromkeys(right), failures
+    for name, message in wrong.items():
+        assert message in (failures[name] or ""), (name, failures[name])
+
+
+def test_exercise_4_on_a_t4(monkeypatch):
+    """On the rehearsed CUDA path: a model left on the host, weights cast to fp16 instead of
+    autocast, and blocking copies in the evaluation (two waits a batch) each fail Ex.4 with a
+    message that names the mistake. Right evaluations keep their marks: one that copies with
+    `.cuda(non_blocking=True)` and reads `.item()` once after dividing on the device, and the
+    compiled step's, which reads with `float()` (the solution's are test_cuda_rehearsal.py's)."""
+    wrong = {
+        "cuda/trains_on_the_host": "the model's weights are on cpu, not cuda",
+        "cuda/casts_the_weights": "weights in {torch.float16}: keep them in fp32",
+        "cuda/blocks_in_evaluation": "synchronizations of your own to evaluate 4x the images",
+    }
+    right = ["in_process/right_cuda_copies", "right_compiled_step"]
+    failures = exercise_4("t4", [*right, *wrong], monkeypatch)
+    assert {name: failures[name] for name in right} == dict.fromkeys(right), failures
+    for name, message in wrong.items():
+        assert message in (failures[name] or ""), (name, failures[name])
+
+
+def test_no_answer_judged_in_process_is_flagged():
+    """As test_referee.py checks of the graded fixtures: these patch nothing the referee uses."""
+    student, answers = ck.read(ck.student_path(LESSON)), ck.solution_answers(LESSON)
+    for fixture in in_process():
+        assert not referee.flags(ck.submission_from(student, {**answers, **fixture.answers}))
 
 
 def gpu_check(title: str) -> str:
