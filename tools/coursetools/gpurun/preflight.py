@@ -22,8 +22,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..pins import package_name
-
 NVML = ["nvml.dll"] if sys.platform == "win32" else ["libnvidia-ml.so.1", "libnvidia-ml.so"]
 
 
@@ -220,18 +218,9 @@ def machine_gaps(doctor: dict, local: dict) -> list[dict]:
     ]
 
 
-def installed_distributions() -> dict[str, str]:
-    """This Python's distributions, name -> version (the first on sys.path wins, as imports do)."""
-    found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        if dist.metadata["Name"]:
-            found.setdefault(package_name(dist.metadata["Name"]), dist.version)
-    return found
-
-
 def local_facts() -> dict:
     """What the doctor does not report: the compiler's problem, DALI's plugin, RAPIDS."""
-    names = installed_distributions()
+    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
     return {
         "compiler": compiler_problem(),
         "dali_tf_plugin": any(n.startswith("nvidia-dali-tf-plugin") for n in names),

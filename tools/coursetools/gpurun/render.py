@@ -140,14 +140,20 @@ def _claim_lines(report: dict) -> list[str]:
     return lines + ["", "## Claims that did not run", "", *(missing or ["- none: every claim ran"])]
 
 
-def _part_lines(title: str, part: dict) -> list[str]:
-    """A pytest run: its counts and failures (the machine's and the skipped are not validated)."""
-    counts = f"{part['passed']} passed, {len(part['failed'])} failed, {len(part['machine'])} the "
-    counts += (
-        f"machine's, {len(part['skipped'])} skipped in {part['seconds']} s (log: {part['log']})"
-    )
-    lines = ["", f"## {title}: {part['result']}", "", counts]
-    return lines + [f"- FAILED {t}" for t in part["failed"]]
+def _pytest_lines(report: dict) -> list[str]:
+    """Grading on the GPU and the gpu tests, one row a run; the skipped and the machine's failures
+    are listed under "Not validated on GPU"."""
+    runs = {**report["grading"], "gpu-marked tests": report.get("gpu_tests")}
+    runs = {label: part for label, part in runs.items() if part}
+    lines = ["", "## Grading on the GPU (nbgrader autograde) and the gpu-marked tests", ""]
+    lines += ["| run | result | passed | failed | the machine's | skipped | seconds | log |"]
+    lines += ["|---|---|---|---|---|---|---|---|"]
+    for label, part in runs.items():
+        counts = [part["passed"], *(len(part[k]) for k in ("failed", "machine", "skipped"))]
+        row = [label, part["result"], *counts, part["seconds"], part["log"]]
+        lines.append(f"| {' | '.join(_cell(v) for v in row)} |")
+    failed = [f"- {label}: FAILED {t}" for label, part in runs.items() for t in part["failed"]]
+    return lines + ([""] + failed if failed else [])
 
 
 def render_markdown(report: dict) -> str:
@@ -167,28 +173,18 @@ def render_markdown(report: dict) -> str:
         + (f" ({', '.join(item['where'])})" if item["where"] else "")
         for item in report["not_validated_on_gpu"]
     ] or ["- nothing: every part ran on the GPU"]
-    for label, part in report["grading"].items():
-        lines += _part_lines(f"{label[0].upper()}{label[1:]} (nbgrader autograde)", part)
-    if report.get("gpu_tests"):
-        lines += _part_lines("gpu-marked tests", report["gpu_tests"])
+    lines += _pytest_lines(report)
     bench = report.get("bench")
     if bench and "rows" in bench:
-        lines += [
-            "",
-            f"## Bench: {bench.get('name')} ({bench.get('known_as') or 'no peaks known'})",
-        ]
-        lines += ["", "| measurement | value | peak | of peak |", "|---|---|---|---|"]
+        peaks = bench.get("known_as") or "no peaks known"
+        lines += ["", f"## Bench: {bench.get('name')} ({peaks})", ""]
+        lines += ["| measurement | value | peak | of peak |", "|---|---|---|---|"]
         for row in bench["rows"]:
             value = "-" if row["value"] is None else f"{row['value']:.4g} {row['unit']}"
             ratio = "-" if row["ratio"] is None else f"{row['ratio']:.0%}"
             lines.append(f"| {row['what']} | {value} | {row['peak'] or '-'} | {ratio} |")
-    lines += [
-        "",
-        "## Steps",
-        "",
-        "| step | state | seconds | estimate | why |",
-        "|---|---|---|---|---|",
-    ]
+    lines += ["", "## Steps", ""]
+    lines += ["| step | state | seconds | estimate | why |", "|---|---|---|---|---|"]
     lines += [
         f"| {s['id']} | {s['state']} | {s['seconds'] or '-'} | {s['estimate'] or '-'} | "
         f"{_cell(s['why'] or '')} |"

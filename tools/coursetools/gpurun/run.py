@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import gpustate, preflight, steps, wheels
+from . import gpustate, preflight, steps
 from .catalogue import lesson_claims
 from .render import render_markdown
 from .report import build_report
@@ -208,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         report = write(json.loads((folder / "run.json").read_text(encoding="utf-8")), folder)
         print((folder / "gpu-report.md").read_text(encoding="utf-8"))
         return verdict(report, args.require_all)
-    if args.setup:
-        return wheels.setup(args.wheelhouse, args.requirements)
+    if args.setup:  # the course's pins are read here, never by the quick check
+        from .wheels import setup
+
+        return setup(args.wheelhouse, args.requirements)
     problem, doctor = (None if args.rehearse else preflight.quick_problem()), {}
     if problem is None and not args.preflight:
         doctor = steps.doctor_report()

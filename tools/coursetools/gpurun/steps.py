@@ -187,9 +187,12 @@ def versions() -> dict:
     if kit.exists():  # a kit's copy of the project
         commit = f"{json.loads(kit.read_text()).get('commit')} (the kit's; the copy has no .git)"
     elif shutil.which("git"):
-        describe = ["git", "-C", str(ROOT), "describe", "--always", "--exclude=*"]
-        done = subprocess.run(
-            [*describe, "--dirty= (with uncommitted changes)"], capture_output=True, text=True
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         )
-        commit = done.stdout.strip() if done.returncode == 0 else None
+        changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+        if head.returncode == 0:
+            dirty = " (with uncommitted changes)" if changed.stdout.strip() else ""
+            commit = head.stdout.strip() + dirty
     return {**found, "commit": commit or "unknown: no .git and no KIT.json"}

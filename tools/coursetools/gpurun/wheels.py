@@ -9,6 +9,7 @@ machine without internet are gathered online by coursetools.gpukit."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import re
 import subprocess
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ..pins import course_pins, package_name
-from .preflight import installed_distributions, managed_problem
+from .preflight import managed_problem
 from .steps import ROOT
 
 LESSONS = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py")
@@ -41,6 +42,15 @@ def pinned(names: tuple[str, ...]) -> list[str]:
     """``names`` at the course's pins where it pins them (the suite names no framework)."""
     pins = {package_name(r): r.split(";")[0].strip() for r in course_pins() if "==" in r}
     return [pins.get(package_name(name), name) for name in names]
+
+
+def installed_distributions() -> dict[str, str]:
+    """This Python's distributions, name -> version (the first on sys.path wins, as imports do)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"]:
+            found.setdefault(package_name(dist.metadata["Name"]), dist.version)
+    return found
 
 
 def setup_plan(
