@@ -170,14 +170,15 @@ endif
 # `pip freeze`, or names one a line) lists: run online, then copy the folder there.
 wheelhouse:
 	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=dir [PY=3.12] [PLATFORM=manylinux_2_28_x86_64] [HAVE=freeze.txt]"; exit 2; }
-	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --download $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(HAVE),--have $(HAVE))
+	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpukit wheels $(WHEELHOUSE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(HAVE),--have $(HAVE))
 
 # The GPU kit: one folder to carry to a GPU machine without internet (the project, the wheels it lacks, gpu-kit.sh),
-# at most 48 MiB for a machine with PyTorch and no Jupyter (docs/gpu-runner.md); it prints the one command to run.
+# at most 48 MiB for a machine with PyTorch and no Jupyter (docs/gpu-runner.md; tools/coursetools/gpukit/); it prints
+# the one command to run.
 KIT ?= gpu-kit
 gpu-kit:
 	@test -n "$(HAVE)" || { echo "usage: make gpu-kit HAVE=freeze.txt [KIT=dir] [PY=3.12] [PLATFORM=manylinux_2_28_x86_64]"; exit 2; }
-	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpurun --kit $(KIT) --have $(HAVE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
+	PYTHONPATH=tools $(or $(GPU_PY),$(PYTHON)) -m coursetools.gpukit kit $(KIT) --have $(HAVE) $(if $(PY),--python-version $(PY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 # The doctor never installs: without $(VENV) it reports on $(PYTHON)'s own environment, saying so.
 doctor:
