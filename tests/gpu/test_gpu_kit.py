@@ -23,7 +23,8 @@ from coursetools.gpurun import preflight, wheels
 from coursetools.pins import package_name
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_MACHINE = ROOT.parent / "shared" / "gpu-machine" / "packages.txt"
+# The first GPU machine's `pip freeze`: Python 3.12, torch 2.11.0+cu130, no Jupyter, no grader.
+GPU_MACHINE = ROOT / "tests" / "fixtures" / "gpu-machine" / "packages.txt"
 OFFLINE = {
     "PIP_CONFIG_FILE": os.devnull,
     "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
@@ -117,15 +118,9 @@ def test_only_what_the_machine_lacks(tmp_path):
         "pillow @ file:///build/pillow\n\n"
     )
     assert kit.have_names(have) == {"torch", "numpy", "jupyter-core", "pillow"}
-    if GPU_MACHINE.exists():
-        names = kit.have_names(GPU_MACHINE)
-        assert {
-            "torch",
-            "torchvision",
-            "numpy",
-            "pytest",
-            "nvidia-ml-py",
-        } <= names and "nbgrader" not in names
+    names = kit.have_names(GPU_MACHINE)
+    assert {"torch", "torchvision", "numpy", "pytest", "nvidia-ml-py"} <= names
+    assert "nbgrader" not in names
     for name in (
         "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
         "jupyter_core-5.9.1-py3-none-any.whl",
@@ -342,10 +337,8 @@ def _index_reachable(tmp_path: Path) -> str | None:
 
 @pytest.mark.slow
 def test_the_kit_for_the_first_gpu_machine_fits_48_mib(tmp_path):
-    """../shared/gpu-machine/packages.txt: Python 3.12, torch 2.11.0+cu130, no Jupyter, 64 MiB a
-    command."""
-    if not GPU_MACHINE.exists():
-        pytest.skip(f"{GPU_MACHINE} is not in this checkout's neighbourhood")
+    """tests/fixtures/gpu-machine/packages.txt: Python 3.12, torch 2.11.0+cu130, no Jupyter, 64 MiB
+    a command."""
     why = _index_reachable(tmp_path)
     if why:
         pytest.skip(why)
@@ -530,7 +523,7 @@ def test_a_stand_in_gpu_machine_runs_the_kit_offline_end_to_end(tmp_path):
     report = _text(killed / "gpu-report.md")
     assert f"lesson {SMALLEST}: not finished: out of time (the run stopped during it)" in report
     assert "grading the small assignment: not run: out of time" in report, report
-    assert "FAILED" not in report and "0 of 5 steps finished" in report, report
+    assert "FAILED" not in report and "0 of 4 steps finished" in report, report
     rebuilt = subprocess.run(
         [python, "-m", "coursetools.gpurun", "--report-only", killed],
         cwd=tmp_path / "kit", env=env, capture_output=True, text=True, timeout=120,

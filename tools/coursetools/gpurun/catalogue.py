@@ -35,10 +35,8 @@ def _text(node: ast.AST | None) -> tuple[str, str | None]:
 def lesson_claims(notebook: Path) -> list[dict]:
     """Each claim call in a notebook: {"cell" (its code cell, as nbval counts), "part", "text",
     "pattern"}."""
-    found = []
-    for index, (code, part) in enumerate(
-        zip(code_cells(notebook), cell_parts(notebook), strict=True)
-    ):
+    found, cells = [], zip(code_cells(notebook), cell_parts(notebook), strict=True)
+    for index, (code, part) in enumerate(cells):
         try:
             tree = ast.parse(cell_python(code))
         except SyntaxError:

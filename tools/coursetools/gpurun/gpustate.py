@@ -40,12 +40,8 @@ def gpu_state(nv=None) -> dict:
     except Exception as exc:  # noqa: BLE001 (not installed, or no driver: NVMLError_LibraryNotFound)
         return {"error": f"not read: {type(exc).__name__}: {exc}"}
     try:
-        count = nv.nvmlDeviceGetCount()
-        return {
-            "gpus": [
-                {"index": i, **_fields(nv, nv.nvmlDeviceGetHandleByIndex(i))} for i in range(count)
-            ]
-        }
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        return {"gpus": [{"index": i, **_fields(nv, handle)} for i, handle in enumerate(handles)]}
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:

@@ -69,6 +69,9 @@ def quick_problem(environ=os.environ, nvml=nvml_gpus) -> tuple[str, str] | None:
 
 def cuda_problem(report: dict) -> tuple[str, str] | None:
     """(why, what to do) when PyTorch cannot use CUDA, from `gpucourse doctor --json`'s report."""
+    if report.get("error"):  # the doctor itself failed: its last line says why
+        last = (report["error"].strip().splitlines() or ["no output"])[-1]
+        return f"`python -m gpucourse doctor --json` failed ({last})", "run it and fix what it says"
     torch_ = (report.get("facts") or {}).get("torch") or {}
     if not torch_.get("installed"):
         return (
@@ -171,17 +174,16 @@ def machine_problems(doctor: dict, vision: dict | None = None) -> list[dict]:
         if f.get("code") == "small_dev_shm"
     ]
     found.append(managed_problem())
-    return [{**p, "kind": "problem", "part": "PyTorch", **APPLIES[p["code"]]} for p in found if p]
+    return [_found("problem", p["code"], p["problem"], p["fix"]) for p in found if p]
 
 
-APPLIES = {  # a problem's lessons (their code holds a needle) and the failures it explains
-    "torchvision": {"needles": ["torchvision", "jpeg_dataset("], "symptoms": r"torchvision"},
-    "shm": {"needles": ["num_workers"], "symptoms": r"Bus error|shared memory|/dev/shm|worker"},
-    "externally-managed": {"needles": [], "symptoms": r"externally.managed"},
-}
-# A library or part of the machine a lesson's GPU path needs: (its part of the lesson, the code that
-# uses it, the failures its absence explains). Lesson 05's test cells say "DALI is not installed".
-GAPS = {
+# Each problem (the first three) and gap (a library or part of the machine a lesson's GPU path
+# needs): its part of a lesson, the code that uses it, a regex for the failures it explains.
+# Lesson 05's test cells say "DALI is not installed".
+APPLIES = {
+    "torchvision": ("PyTorch", ["torchvision", "jpeg_dataset("], r"torchvision"),
+    "shm": ("PyTorch", ["num_workers"], r"Bus error|shared memory|/dev/shm|worker"),
+    "externally-managed": ("PyTorch", [], r"externally.managed"),
     "TensorFlow": ("TensorFlow", ["import_tensorflow(", "import tensorflow"], r"tensorflow"),
     "DALI": ("DALI", ["import_dali(", "nvidia.dali"], r"DALI is not installed|nvidia\.dali"),
     "DALI's TensorFlow plugin": ("TensorFlow", ["import_dali_tf("], r"plugin\.tf"),
@@ -211,11 +213,13 @@ def machine_gaps(doctor: dict, local: dict) -> list[dict]:
     if gpus < 2:
         why["two GPUs"] = f"{gpus} GPU visible: NCCL, DDP and DataParallel across GPUs did not run"
     fix = "a GPU run on a machine that has it (docs/gpu-runner.md)"
-    return [
-        {"code": n, "problem": f"{n}: {w}", "fix": fix, "kind": "gap", "part": GAPS[n][0]}
-        | {"needles": GAPS[n][1], "symptoms": GAPS[n][2]}
-        for n, w in why.items()
-    ]
+    return [_found("gap", name, f"{name}: {reason}", fix) for name, reason in why.items()]
+
+
+def _found(kind: str, code: str, problem: str, fix: str) -> dict:
+    part, needles, symptoms = APPLIES[code]
+    found = dict(code=code, problem=problem, fix=fix, kind=kind, part=part, needles=needles)
+    return {**found, "symptoms": symptoms}
 
 
 def local_facts() -> dict:

@@ -27,6 +27,12 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _table(title: str, head: str, rows: list[list]) -> list[str]:
+    """A section: its title, then a table of ``head``'s columns ("a | b") and ``rows``."""
+    lines = ["", f"## {title}", "", f"| {head} |", "|" + "---|" * (head.count(" | ") + 1)]
+    return lines + [f"| {' | '.join(_cell(v) for v in row)} |" for row in rows]
+
+
 def headline(report: dict) -> str:
     rows, skipped = report["notebooks"], report["skipped"]
     counts = {
@@ -74,64 +80,54 @@ def _environment_lines(report: dict) -> list[str]:
 
 
 def _gpu_state_lines(report: dict) -> list[str]:
-    lines = ["", "## The GPU before and after", "", "| when | GPU | utilisation | SM clock / max "]
-    lines[-1] += "| power limit | other compute processes | MIG |"
-    lines.append("|---|---|---|---|---|---|---|")
+    rows = []
     for when in ("before", "after"):
         state = report.get(f"gpu_{when}") or {"error": "not read: the run stopped first"}
         if "error" in state:
-            lines.append(f"| {when} | {_cell(state['error'])} | | | | | |")
+            rows.append([when, state["error"], "", "", "", "", ""])
         for gpu in state.get("gpus", []):
             clocks = f"{gpu.get('sm_clock_mhz')} / {gpu.get('sm_clock_max_mhz')} MHz"
-            lines.append(
-                f"| {when} | {gpu['index']}: {_cell(gpu.get('name'))} | "
-                f"{gpu.get('utilization_percent')}% | {clocks} | {gpu.get('power_limit_w')} W | "
-                f"{len(gpu.get('processes') or [])} | {gpu.get('mig') or '-'} |"
-            )
+            name, used = f"{gpu['index']}: {gpu.get('name')}", f"{gpu.get('utilization_percent')}%"
+            power, others = f"{gpu.get('power_limit_w')} W", len(gpu.get("processes") or [])
+            rows.append([when, name, used, clocks, power, others, gpu.get("mig") or "-"])
+    head = "when | GPU | utilisation | SM clock / max | power limit | other compute processes | MIG"
     busy = [f"- BUSY: {b}: a failed timing claim here is inconclusive" for b in report["busy"]]
-    return lines + ([""] + busy if busy else [])
+    return _table("The GPU before and after", head, rows) + ([""] + busy if busy else [])
 
 
 def _lesson_lines(report: dict) -> list[str]:
-    lines = ["", "## Lessons (`pytest --nbval-lax`, claims checked by `gpucourse.claims`)", ""]
-    lines += ["| notebook | result | time | PyTorch part | TensorFlow part | DALI part | claims |"]
-    lines += ["|---|---|---|---|---|---|---|"]
+    rows, notes = [], []
     for row in report["notebooks"]:
         parts = []
         for name in ("PyTorch", "TensorFlow", "DALI"):
             part = row["parts"].get(name)
             why = f": {', '.join(part['not_validated'])}" if part and part["not_validated"] else ""
-            parts.append(_cell(f"{part['result']}{why}") if part else "-")
-        claims = f"{sum(c['verdict'] == 'pass' for c in row['claims'])}/{len(row['claims'])}"
-        lines.append(
-            f"| {row['notebook']} | {row['result']} | {row['seconds']} s | {' | '.join(parts)} | "
-            f"{claims if row['claims'] else '-'} |"
-        )
-    for row in report["notebooks"]:
+            parts.append(f"{part['result']}{why}" if part else "-")
+        passed = sum(c["verdict"] == "pass" for c in row["claims"])
+        claims = f"{passed}/{len(row['claims'])}" if row["claims"] else "-"
+        rows.append([row["notebook"], row["result"], f"{row['seconds']} s", *parts, claims])
         if row["failed_cells"]:
             more = len(row["failed_cells"]) - 1
             later = f"and {more} later cell(s); " if more else ""
             first = f"first failure {row['failed_cells'][0]} ({later}log: {row['log']})"
-            lines.append(f"\n{row['notebook']}: {first}")
+            notes.append(f"\n{row['notebook']}: {first}")
         if row["machine_cause"]:
-            lines.append(f"\n{row['notebook']}: the machine's problem: {row['machine_cause']}")
-    return lines
+            notes.append(f"\n{row['notebook']}: the machine's problem: {row['machine_cause']}")
+    title = "Lessons (`pytest --nbval-lax`, claims checked by `gpucourse.claims`)"
+    head = "notebook | result | time | PyTorch part | TensorFlow part | DALI part | claims"
+    return _table(title, head, rows) + notes
 
 
 def _claim_lines(report: dict) -> list[str]:
-    rows, lines = report["notebooks"], []
-    claimed = [(row["notebook"], c) for row in rows for c in row["claims"]]
-    if claimed:
-        lines += ["", "## Claims checked on the GPU", ""]
-        lines += ["| notebook | claim | measured | expected | result | source |"]
-        lines += ["|---|---|---|---|---|---|"]
-        for notebook, c in claimed:
+    rows, claimed = report["notebooks"], []
+    for row in rows:
+        for c in row["claims"]:
             value = c["measured"]
             shown = f"{value:.4g}{c.get('unit') or ''}" if isinstance(value, (int, float)) else "-"
-            lines.append(
-                f"| {notebook} | {_cell(c['claim'])} | {shown} | {_cell(c['bound'])} | "
-                f"{VERDICTS[c['verdict']]} | {_cell(c.get('source') or '-')} |"
-            )
+            cells = [c["claim"], shown, c["bound"], VERDICTS[c["verdict"]], c.get("source") or "-"]
+            claimed.append([row["notebook"], *cells])
+    head = "notebook | claim | measured | expected | result | source"
+    lines = _table("Claims checked on the GPU", head, claimed) if claimed else []
     would = [f"- {row['notebook']}: {_cell(c)}" for row in rows for c in row["would_check"]]
     if would:
         lines += ["", "## Claims that would have been checked on a GPU (measured here on the CPU)"]
@@ -145,15 +141,14 @@ def _pytest_lines(report: dict) -> list[str]:
     are listed under "Not validated on GPU"."""
     runs = {**report["grading"], "gpu-marked tests": report.get("gpu_tests")}
     runs = {label: part for label, part in runs.items() if part}
-    lines = ["", "## Grading on the GPU (nbgrader autograde) and the gpu-marked tests", ""]
-    lines += ["| run | result | passed | failed | the machine's | skipped | seconds | log |"]
-    lines += ["|---|---|---|---|---|---|---|---|"]
+    rows = []
     for label, part in runs.items():
         counts = [part["passed"], *(len(part[k]) for k in ("failed", "machine", "skipped"))]
-        row = [label, part["result"], *counts, part["seconds"], part["log"]]
-        lines.append(f"| {' | '.join(_cell(v) for v in row)} |")
+        rows.append([label, part["result"], *counts, part["seconds"], part["log"]])
+    title = "Grading on the GPU (nbgrader autograde) and the gpu-marked tests"
+    head = "run | result | passed | failed | the machine's | skipped | seconds | log"
     failed = [f"- {label}: FAILED {t}" for label, part in runs.items() for t in part["failed"]]
-    return lines + ([""] + failed if failed else [])
+    return _table(title, head, rows) + ([""] + failed if failed else [])
 
 
 def render_markdown(report: dict) -> str:
@@ -174,20 +169,9 @@ def render_markdown(report: dict) -> str:
         for item in report["not_validated_on_gpu"]
     ] or ["- nothing: every part ran on the GPU"]
     lines += _pytest_lines(report)
-    bench = report.get("bench")
-    if bench and "rows" in bench:
-        peaks = bench.get("known_as") or "no peaks known"
-        lines += ["", f"## Bench: {bench.get('name')} ({peaks})", ""]
-        lines += ["| measurement | value | peak | of peak |", "|---|---|---|---|"]
-        for row in bench["rows"]:
-            value = "-" if row["value"] is None else f"{row['value']:.4g} {row['unit']}"
-            ratio = "-" if row["ratio"] is None else f"{row['ratio']:.0%}"
-            lines.append(f"| {row['what']} | {value} | {row['peak'] or '-'} | {ratio} |")
-    lines += ["", "## Steps", ""]
-    lines += ["| step | state | seconds | estimate | why |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {s['id']} | {s['state']} | {s['seconds'] or '-'} | {s['estimate'] or '-'} | "
-        f"{_cell(s['why'] or '')} |"
+    steps = [
+        [s["id"], s["state"], s["seconds"] or "-", s["estimate"] or "-", s["why"] or ""]
         for s in report["steps"]
     ]
+    lines += _table("Steps", "step | state | seconds | estimate | why", steps)
     return "\n".join(lines) + "\n"

@@ -63,22 +63,14 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     entries = (run.get("catalogue") or {}).get(step["lesson"], [])
     cases = step.get("cases", [])
     bad = [c for c in cases if c["outcome"] in {"failed", "error"}]
-    again = {e.get("claim"): e for e in (rerun or {}).get("claims", []) if e["kind"] == "claim"}
+    again = {e.get("claim") for e in (rerun or {}).get("claims", []) if e.get("passed")}
+    made = [e for e in step.get("claims", []) if e["kind"] == "claim"]
     claims = []  # each claim checked on the GPU: pass, false, flaky (passed when run again), busy
-    for e in step.get("claims", []):
-        if e["kind"] != "claim" or not e.get("checked", True):
-            continue
-        verdict = "pass" if e.get("passed") else "false"
-        if verdict == "false" and run.get("busy"):
-            verdict = "busy"
-        elif verdict == "false" and (again.get(e.get("claim")) or {}).get("passed"):
-            verdict = "flaky"
-        claims.append({**e, "verdict": verdict})
-    unchecked = [
-        e
-        for e in step.get("claims", [])
-        if e["kind"] == "claim" and not e.get("checked", True) and e.get("measured") is not None
-    ]
+    for e in made:
+        if e.get("checked", True):
+            verdict = "busy" if run.get("busy") else "flaky" if e.get("claim") in again else "false"
+            claims.append({**e, "verdict": "pass" if e.get("passed") else verdict})
+    unchecked = [e for e in made if not e.get("checked", True) and e.get("measured") is not None]
     ran, not_run = catalogue.match(entries, [*claims, *unchecked])
     unmet = _unmet(step, machine, run.get("rehearsal", False))
     if entries and not ran and not run.get("rehearsal") and "claims.claim(" in code:
@@ -92,9 +84,8 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
     for part in dict.fromkeys(["PyTorch", *cell_part.values(), *(p for p, _, _ in unmet)]):
         cells = [c for c in bad if cell_part.get(c["name"], "PyTorch") == part]
         problems = [causes[c["name"]] for c in cells]
-        mine = [c for c in claims if catalogue.part_of(entries, c["claim"]) == part]
         why = list(dict.fromkeys(f"{what} ({reason})" for p, what, reason in unmet if p == part))
-        verdicts = {c["verdict"] for c in mine}
+        verdicts = {c["verdict"] for c in claims if catalogue.part_of(entries, c["claim"]) == part}
         if any(p is None for p in problems) or verdicts & {"false", "flaky"}:
             result = "failed"
         elif any(p["kind"] == "problem" for p in problems):
@@ -122,9 +113,8 @@ def lesson_row(step: dict, rerun: dict | None, run: dict) -> dict:
         "claims": claims,
         "would_check": [_claim_line(e) for e in unchecked],
         "claims_not_run": [e["text"] for e in not_run],
-        "not_validated_on_gpu": [f"{what} ({why})" for _, what, why in unmet],
+        "not_validated_on_gpu": [{"what": what, "why": why} for _, what, why in unmet],
         "log": step.get("log"),
-        "_unmet": [(what, why) for _, what, why in unmet],
     }
 
 
@@ -176,9 +166,10 @@ def build_report(run: dict) -> dict:
     run["busy"] = busy_reasons(run.get("gpu_before")) + [
         r for r in busy_reasons(run.get("gpu_after"), "after the run") if "MIG" not in r
     ]
-    steps, rows, graded, skipped, not_validated = run.get("steps") or [], [], {}, [], []
+    steps, machine = run.get("steps") or [], run.get("machine") or []
+    rows, graded, skipped, not_validated = [], {}, [], []
     unvalidated: dict[tuple[str, str], list[str]] = {}
-    gpu_tests = bench = None
+    gpu_tests = None
     for step in steps:
         why = not_run(step)
         if why:
@@ -186,22 +177,18 @@ def build_report(run: dict) -> dict:
         elif step["kind"] == "lesson":
             rerun = next((s for s in steps if s["id"] == f"rerun {step['lesson']}"), None)
             rows.append(lesson_row(step, rerun if rerun and not not_run(rerun) else None, run))
-            for key in rows[-1].pop("_unmet"):
-                unvalidated.setdefault(key, []).append(step["notebook"])
+            for item in rows[-1]["not_validated_on_gpu"]:
+                unvalidated.setdefault((item["what"], item["why"]), []).append(step["notebook"])
         elif step["kind"] == "grading":
             label = f"grading {step['lesson'] or 'the small assignment'}"
-            graded[label] = pytest_part(step, label, run.get("machine") or [], not_validated)
+            graded[label] = pytest_part(step, label, machine, not_validated)
         elif step["kind"] == "gpu tests":
-            gpu_tests = pytest_part(step, "gpu tests", run.get("machine") or [], not_validated)
-        elif step["kind"] == "bench":
-            bench = step.get("card")
+            gpu_tests = pytest_part(step, "gpu tests", machine, not_validated)
     asked = {s["lesson"] for s in steps if s["kind"] == "lesson"}
     left = [name for name in run.get("all_lessons") or [] if name not in asked]
     if left:
-        total = len(run["all_lessons"])
-        skipped.insert(
-            0, f"{len(left)} of {total} lessons not run (not asked for): {', '.join(left)}"
-        )
+        said = f"{len(left)} of {len(run['all_lessons'])} lessons not run (not asked for)"
+        skipped.insert(0, f"{said}: {', '.join(left)}")
     not_validated[:0] = [{"what": w, "why": y, "where": n} for (w, y), n in unvalidated.items()]
     problems = []
     for row in rows:
@@ -211,8 +198,6 @@ def build_report(run: dict) -> dict:
             problems.append(f"{row['notebook']}: {row['result']}{why}")
     parts = {**graded, "gpu tests": gpu_tests}
     problems += [f"{k}: failed" for k, p in parts.items() if p and p["result"] == "failed"]
-    if bench and "error" in bench:
-        problems.append(f"bench: {bench['error'][-300:]}")
     results = {row["result"] for row in rows}
     if problems:
         status = "failed"
@@ -231,12 +216,11 @@ def build_report(run: dict) -> dict:
         "problems": problems,
         "skipped": skipped,
         "progress": f"{done} of {len(steps)} steps finished{stopped}",
-        "machine": run.get("machine") or [],
+        "machine": machine,
         "notebooks": rows,
         "grading": graded,
         "gpu_tests": gpu_tests,
         "not_validated_on_gpu": not_validated,
-        "bench": bench,
         "steps": [
             {k: s.get(k) for k in ("id", "state", "seconds", "estimate", "why")} for s in steps
         ],

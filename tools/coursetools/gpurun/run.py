@@ -7,12 +7,12 @@
     python -m coursetools.gpurun --report-only DIR   # the report again, from what a run left in DIR
     python -m coursetools.gpurun --setup [--wheelhouse DIR] # add what the suite lacks, offline
 
-The work runs in the order of its value: the chosen lessons, their grading, the gpu tests, the
-bench. With --budget, a step whose estimate does not fit in what is left is not started, and one
-that runs past the budget is stopped; the report (gpu-report.md, .json) is rewritten after every
-step, so a run stopped at any moment leaves one that says what ran and what did not, and why.
-Exit status: 0 when everything that ran passed (1 with --require-all if a part was not validated
-or not run), 1 when something failed or could not be judged, 2 when nothing could run."""
+The work runs in the order of its value: the chosen lessons, their grading, the gpu tests. With
+--budget, a step whose estimate does not fit in what is left is not started, and one that runs past
+the budget is stopped; the report (gpu-report.md, .json) is rewritten after every step, so a run
+stopped at any moment leaves one that says what ran and what did not, and why. Exit status: 0 when
+everything that ran passed (1 with --require-all if a part was not validated or not run), 1 when
+something failed or could not be judged, 2 when nothing could run."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ from .report import build_report
 RESERVE_S = 10  # kept for the last report and the GPU's state after the run
 # A step's seconds, for the budget: a run reads them from its folder's last run.json; else these,
 # the 2-core stand-in's longest of lessons 01, 02, 09 (31 s) and their grading (202 s), rounded up.
-ESTIMATES = {"lesson": 60, "grading": 210, "gpu tests": 120, "bench": 60}
-ESTIMATES["grading the small assignment"] = 30
+ESTIMATES = {"lesson": 60, "grading": 210, "grading the small assignment": 30, "gpu tests": 120}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,7 +50,6 @@ def parser() -> argparse.ArgumentParser:
     add("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="grading runs at once")
     add("--no-grading", action="store_true", help="skip autograde on the GPU")
     add("--no-gpu-tests", action="store_true", help="skip the gpu-marked tests")
-    add("--no-bench", action="store_true", help="skip the bench card")
     add("--reruns", type=int, default=1, help="run a lesson again when a claim failed (flaky?)")
     add("--require-all", action="store_true", help="fail when a part is not validated or not run")
     add("--setup", action="store_true", help="add what the suite needs beside this PyTorch")
@@ -63,24 +61,22 @@ def parser() -> argparse.ArgumentParser:
 def plan(notebooks: list[Path], args, before: dict[str, float]) -> list[dict]:
     """Every step, in the order of its value, its estimate the last run's seconds (``before``)
     or a guess; what is not asked for is left out, with why."""
-    no_gpu = "not run: no GPU: a CPU rehearsal" if args.rehearse else None
+    no_gpu_tests = args.no_gpu_tests and "not run: not asked for (--no-gpu-tests)"
     skip = {
         "grading": args.no_grading and "not run: not asked for (--no-grading)",
-        "gpu tests": no_gpu or args.no_gpu_tests and "not run: not asked for (--no-gpu-tests)",
-        "bench": no_gpu or args.no_bench and "not run: not asked for (--no-bench)",
+        "gpu tests": "not run: no GPU: a CPU rehearsal" if args.rehearse else no_gpu_tests,
     }
     lessons = {nb.parent.name: str(nb.relative_to(steps.ROOT)) for nb in notebooks}
     found = [("lesson", f"lesson {name}", name) for name in lessons]
     found += [("grading", "grading the small assignment", None)]
     found += [("grading", f"grading {name}", name) for name in lessons]
-    found += [("gpu tests", "gpu tests", None), ("bench", "bench", None)]
+    found += [("gpu tests", "gpu tests", None)]
     planned = []
     for kind, name, lesson in found:
         why = skip.get(kind) or None
         estimate = before.get(name) or ESTIMATES.get(name) or ESTIMATES[kind]
-        state = "left out" if why else "planned"
-        planned.append(dict(id=name, kind=kind, lesson=lesson, estimate=estimate, state=state))
-        planned[-1]["why"] = why
+        step = dict(id=name, kind=kind, lesson=lesson, estimate=estimate, why=why)
+        planned.append({**step, "state": "left out" if why else "planned"})
         if kind == "lesson":
             planned[-1]["notebook"] = lessons[lesson]
     return planned
@@ -158,8 +154,7 @@ class Runner:
 
 
 def load(run: dict, artifacts: Path) -> dict:
-    """The record with what its steps left on disk: JUnit cases, claims, the lesson's code, the
-    bench card."""
+    """The record with what its steps left on disk: JUnit cases, claims, the lesson's code."""
     loaded = []
     for step in run["steps"]:
         step = dict(step)
@@ -170,12 +165,6 @@ def load(run: dict, artifacts: Path) -> dict:
         if step.get("notebook") and (steps.ROOT / step["notebook"]).exists():
             step["code"] = "\n".join(steps.code_cells(steps.ROOT / step["notebook"]))
             step["parts"] = steps.cell_parts(steps.ROOT / step["notebook"])
-        if step["kind"] == "bench" and step["state"] == "done":
-            try:
-                step["card"] = json.loads((artifacts / "bench.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                error = f"no card (exit {step.get('returncode')}); log: {step.get('log')}"
-                step["card"] = {"error": error}
         loaded.append(step)
     return {**run, "steps": loaded}
 
@@ -196,9 +185,8 @@ def write(run: dict, artifacts: Path) -> dict:
 
 
 def verdict(report: dict, require_all: bool) -> int:
-    if report["status"] in {"failed", "inconclusive"}:
-        return 1
-    return 1 if report["status"] == "partial" and require_all else 0
+    partial = report["status"] == "partial" and require_all
+    return 1 if report["status"] in {"failed", "inconclusive"} or partial else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,10 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.preflight:
         return 0
     started = time.time()
-    found = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
-    if set(args.lessons) - set(found):
-        raise SystemExit(f"unknown lesson(s): {', '.join(sorted(set(args.lessons) - set(found)))}")
-    notebooks = [found[name] for name in dict.fromkeys(args.lessons or found)]  # in value order
+    every = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
+    unknown = sorted(set(args.lessons) - set(every))
+    if unknown:
+        raise SystemExit(f"unknown lesson(s): {', '.join(unknown)}")
+    notebooks = [every[name] for name in dict.fromkeys(args.lessons or every)]  # in value order
     artifacts = args.artifacts.resolve()
     for folder in ("logs", "junit", "claims"):
         (artifacts / folder).mkdir(parents=True, exist_ok=True)
@@ -236,22 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     before = {
         s["id"]: s["seconds"] for s in last if s["state"] == "done" and not s.get("timed_out")
     }
-    machine = preflight.machine_problems(doctor) + preflight.machine_gaps(
-        doctor, preflight.local_facts()
-    )
-    for found in machine:
-        print(f"the machine's: {found['problem']}.", file=sys.stderr)
+    local = preflight.local_facts()
+    machine = preflight.machine_problems(doctor) + preflight.machine_gaps(doctor, local)
+    for item in machine:
+        print(f"the machine's: {item['problem']}.", file=sys.stderr)
+    no_gpu = {"error": "not read: a CPU rehearsal"}
     run = {
         "started": started,
         "budget": args.budget,
         "rehearsal": args.rehearse,
-        "all_lessons": list(found),
+        "all_lessons": list(every),
         "facts": doctor.get("facts") or {},
         "versions": steps.versions(),
         "machine": machine,
-        "gpu_before": {"error": "not read: a CPU rehearsal"}
-        if args.rehearse
-        else gpustate.gpu_state(),
+        "gpu_before": no_gpu if args.rehearse else gpustate.gpu_state(),
         "catalogue": {nb.parent.name: lesson_claims(nb) for nb in notebooks},
         "steps": plan(notebooks, args, before),
     }
@@ -270,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{mode}; {len(notebooks)} lesson(s); budget {args.budget or 'none'}; in {artifacts}")
     runner.save()
     runner.go()
-    run["gpu_after"] = run["gpu_before"] if args.rehearse else gpustate.gpu_state()
+    run["gpu_after"] = no_gpu if args.rehearse else gpustate.gpu_state()
     report = runner.save()
     print((artifacts / "gpu-report.md").read_text(encoding="utf-8"))
     return verdict(report, args.require_all)

@@ -1,6 +1,6 @@
 """The runs a report is built from, each a child process in its own process group (a timeout or a
 stop ends its kernels too): a lesson under nbval with its claims file, a pytest run (the gpu tests,
-a lesson's grading), the doctor, the bench; and the reading of what they left (JUnit XML, claims
+a lesson's grading), the doctor; and the reading of what they left (JUnit XML, claims
 JSON lines), so a report can be rebuilt from the artifacts folder alone."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -73,11 +72,8 @@ def execute(command: list[str], log: Path, timeout: float, env: dict) -> dict:
             returncode, timed_out = None, True
         finally:
             RUNNING.discard(child)
-    return {
-        "returncode": returncode,
-        "timed_out": timed_out,
-        "seconds": round(time.monotonic() - start, 1),
-    }
+    seconds = round(time.monotonic() - start, 1)
+    return {"returncode": returncode, "timed_out": timed_out, "seconds": seconds}
 
 
 def stop(child: subprocess.Popen) -> None:
@@ -88,10 +84,7 @@ def stop(child: subprocess.Popen) -> None:
 
 def command(step: dict, artifacts: Path, limit: float) -> list[str]:
     """A step's command: nbval on a lesson (kept as it ran, for the book: executed-gpu/), a lesson's
-    grading (or the small assignment's: it proves the grading stack), the gpu tests, the bench."""
-    if step["kind"] == "bench":
-        card = shlex.quote(str(artifacts / "bench.json"))
-        return ["sh", "-c", f"{shlex.quote(sys.executable)} -m gpucourse bench --json > {card}"]
+    grading (or the small assignment's: it proves the grading stack), the gpu tests."""
     if step["kind"] in {"lesson", "rerun"}:
         args = [step["notebook"], "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout"]
         args += [str(limit), "-p", "coursetools.executed", "--save-executed"]
@@ -151,16 +144,9 @@ def parse_junit(path: Path) -> list[dict]:
                 message = summarize(text if kind == "skipped" else f"{found.text or ''}\n{text}")
                 break
         name, classname = case.get("name", ""), case.get("classname", "")
-        properties = [(p.get("name"), p.get("value")) for p in case.iter("property")]
-        cases.append(
-            {
-                "id": f"{classname}::{name}" if classname else name,
-                "name": name,
-                "outcome": outcome,
-                "message": message,
-                "not_validated": [v for k, v in properties if k == "not_validated"],
-            }
-        )
+        said = [p.get("value") for p in case.iter("property") if p.get("name") == "not_validated"]
+        found = dict(name=name, outcome=outcome, message=message, not_validated=said)
+        cases.append({"id": f"{classname}::{name}" if classname else name, **found})
     return cases
 
 
@@ -170,7 +156,7 @@ def doctor_report() -> dict:
     done = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True)
     try:
         return json.loads(done.stdout)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError:  # it crashed: preflight.cuda_problem says so
         return {"facts": {}, "findings": [], "error": (done.stderr or done.stdout)[-2000:]}
 
 
@@ -187,12 +173,10 @@ def versions() -> dict:
     if kit.exists():  # a kit's copy of the project
         commit = f"{json.loads(kit.read_text()).get('commit')} (the kit's; the copy has no .git)"
     elif shutil.which("git"):
-        git = ["git", "-C", str(ROOT)]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        head, changed = (
+            subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout
+            for args in (["rev-parse", "--short", "HEAD"], ["status", "--porcelain"])
         )
-        changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
-        if head.returncode == 0:
-            dirty = " (with uncommitted changes)" if changed.stdout.strip() else ""
-            commit = head.stdout.strip() + dirty
+        if head.strip():
+            commit = head.strip() + (" (with uncommitted changes)" if changed.strip() else "")
     return {**found, "commit": commit or "unknown: no .git and no KIT.json"}

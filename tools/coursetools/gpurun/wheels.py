@@ -118,15 +118,10 @@ def setup(wheelhouse: str | None = None, requirements: Path | None = None) -> in
     elif Path(spec.origin or "").parent.parent != ROOT / "utils":
         print(f"note: the gpucourse at {spec.origin} is not this checkout's; grading imports it")
     after = installed_distributions()
-    changed = {
-        n: (v, after.get(n)) for n, v in before.items() if KEEP.fullmatch(n) and after.get(n) != v
-    }
-    added = sorted(set(after) - set(before))
+    pinned_here = {n: v for n, v in before.items() if KEEP.fullmatch(n)}
+    changed = {n: (v, after.get(n)) for n, v in pinned_here.items() if after.get(n) != v}
+    added, same = sorted(set(after) - set(before)), "PyTorch and CUDA libraries as they were"
+    kept = f"CHANGED, though pinned: {changed}" if changed else same
     names = ", ".join(added) or "none missing"
-    print(f"added {len(added)} package(s) ({names}) beside PyTorch {after.get('torch')}", end="")
-    print(
-        f"; CHANGED, though pinned: {changed}"
-        if changed
-        else "; PyTorch and CUDA libraries as they were"
-    )
+    print(f"added {len(added)} package(s) ({names}) beside PyTorch {after.get('torch')}; {kept}")
     return 1 if changed else 0
