@@ -130,11 +130,9 @@ def torchvision_problem(facts: dict) -> dict | None:
         "https://pytorch.org/get-started/previous-versions/ pairs them)"
     )
     problem = facts.get("error") and f"torchvision cannot be used: {facts['error']}"
-    built = facts.get("vision_cuda")
-    if not problem and facts.get("cuda") and isinstance(built, int) and built <= 0:
-        problem = (
-            f"torchvision {facts['torchvision']} has no CUDA kernels beside CUDA {facts['cuda']}"
-        )
+    built, cuda = facts.get("vision_cuda"), facts.get("cuda")
+    if not problem and cuda and isinstance(built, int) and built <= 0:
+        problem = f"torchvision {facts['torchvision']} has no CUDA kernels beside CUDA {cuda}"
     return {"code": "torchvision", "problem": problem, "fix": fix} if problem else None
 
 

@@ -35,12 +35,8 @@ def _table(title: str, head: str, rows: list[list]) -> list[str]:
 
 def headline(report: dict) -> str:
     rows, skipped = report["notebooks"], report["skipped"]
-    counts = {
-        "lessons": len(rows),
-        "claims": sum(len(r["claims"]) for r in rows),
-        "would": sum(len(r["would_check"]) for r in rows),
-        "problems": len(report["problems"]),
-    }
+    claims, would = (sum(len(r[key]) for r in rows) for key in ("claims", "would_check"))
+    counts = dict(lessons=len(rows), claims=claims, would=would, problems=len(report["problems"]))
     tail = f"; NOT RUN: {len(skipped)} step(s) (below)" if skipped else ""
     return HEADLINES[report["status"]].format(**counts) + tail
 
