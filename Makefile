@@ -62,6 +62,9 @@ help:
 	@echo "                     prints a table of scores (docs/instructors.md)"
 	@echo "  make report LESSON=NN_topic  after grading: reports/NN_topic.html and reports/NN_topic.csv"
 	@echo "  make clean         remove the grading outputs (gradebook.db, submitted/, autograded/, feedback/)"
+	@echo "  make hub           as root: JupyterHub for a class on this machine, each user's server in $(VENV)"
+	@echo "                     (docs/instructors.md): ROSTER=hub/roster.csv HUB_URL=http://127.0.0.1:8000"
+	@echo "                     HUB_ROOT=/srv/gpucourse-hub HUB_AUTH=pam (Unix passwords) or HUB_AUTH=shared"
 	@echo "  make test-gpu      on a machine with an NVIDIA GPU: every lesson on the GPU, its claims checked,"
 	@echo "                     grading on the GPU; report in test-artifacts/ (docs/gpu-runner.md)"
 	@echo "  make gpu-kit HAVE=freeze.txt  online: one folder (the project, the wheels a GPU machine without"
@@ -209,6 +212,13 @@ grade: $(STAMP)
 report: $(STAMP)
 	@test -n "$(LESSON)" || { echo "usage: make report LESSON=NN_topic"; exit 2; }
 	$(BIN)/python -m coursetools.grading.report $(LESSON)
+
+# The classroom on one server (coursetools.hub, docs/instructors.md): as root, JupyterHub with the roster's Unix
+# accounts, every user's server in $(VENV), nbgrader's exchange, the instructor's course and the Formgrader.
+.PHONY: hub
+hub: $(STAMP)
+	$(BIN)/python -m coursetools.hub --roster $(or $(ROSTER),hub/roster.csv) $(if $(HUB_URL),--url $(HUB_URL)) \
+		$(if $(HUB_ROOT),--root $(HUB_ROOT)) $(if $(HUB_AUTH),--auth $(HUB_AUTH))
 
 # The lessons' code too: ruff formats notebooks at pyproject's 100 columns (tests/course/test_hygiene.py checks it).
 lint: $(STAMP)
