@@ -1,12 +1,13 @@
-"""gpucourse.launch: torchrun from a notebook, with a timeout, each rank's output, clear failures
-and no orphans.
+"""gpucourse.launch: torchrun from a notebook, with a timeout, each rank's output (from the files
+torchrun writes for it), clear failures and no orphans.
 
-The launches use tiny scripts that do not import torch (only torchrun's agent does), so each takes a
-few seconds.
+The launches use tiny scripts that do not import torch (only torchrun's agent does, and the crash
+for its ``@record``), so each takes a few seconds.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,12 +27,18 @@ import os
 print(f"hello from rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}", flush=True)
 """
 CRASH = """
-import os, sys, time
-rank = int(os.environ["RANK"])
-print(f"rank {rank} up", flush=True)
-if rank == 1:
-    sys.exit("rank 1 gives up on purpose")
-time.sleep(120)  # rank 0 would wait for rank 1 forever
+import os, time
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record  # its exception goes to torchrun's error.json for this rank
+def main():
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} up", flush=True)
+    if rank == 1:
+        raise RuntimeError("rank 1 gives up on purpose")
+    time.sleep(120)  # rank 0 would wait for rank 1 forever
+
+main()
 """
 NOISY = (
     RANKS
@@ -99,8 +106,11 @@ def test_bad_arguments(tmp_path, kwargs, match):
         launch.torchrun(write(tmp_path, "ranks.py", RANKS), **kwargs)
 
 
-def test_failure_message_names_the_root_cause():
-    report = """Failures:
+# torchrun's report when a rank fails (torch 2.14; 2.11 lacks the signal's name)
+REPORT = """Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Failures:
 [1]:
   rank      : 0 (local_rank: 0)
   exitcode  : -15 (pid: 12)  (SIGTERM)
@@ -108,30 +118,114 @@ Root Cause (first observed failure):
 [0]:
   rank      : 3 (local_rank: 1)
   exitcode  : 1 (pid: 13)
-"""
+============================================================"""
+
+
+def test_failure_message_names_the_root_cause():
     result = launch.LaunchResult(
         "torchrun x.py",
         returncode=1,
-        lines=[("rank3", "ValueError: boom")] + [("agent0", t) for t in report.splitlines()],
+        ranks={0: ["fine"], 3: ["step 1", "ValueError: boom"]},
+        console=REPORT.splitlines(),
     )
     message = launch._why(result, timeout=60)
     assert message.startswith("rank 3 failed first (exit code 1: an uncaught exception"), message
-    assert message.endswith("    ValueError: boom")
+    assert message.endswith("Last lines of rank 3:\n    step 1\n    ValueError: boom"), message
+    assert "ChildFailedError" not in message, "torchrun's own traceback is not the rank's output"
 
 
-# What torch 2.11's torchrun (Colab's) printed: it has no --log-line-prefix-template option and ran
-# it as the script (verbatim, so one line is longer than the code's limit)
-TORCH_2_11_UNKNOWN_OPTION = """[default0]:unknown option --log-line-prefix-template=[rank${rank}]:
-[default0]:usage: /usr/bin/python3 [option] ... [-c cmd | -m mod | file | -] [arg] ...
-E1125 00:02:36.756000 9179 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 2) local_rank: 0
-Traceback (most recent call last):
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-Root Cause (first observed failure):
-[0]:
-  rank      : 0 (local_rank: 0)
-  exitcode  : 2 (pid: 9530)
-============================================================"""  # noqa: E501
+class FakeAgent:
+    """A torchrun agent that has run: it wrote each of its ranks' files under its --log-dir as
+    torchrun does (``<dir>/<run id>_<random>/attempt_0/<local rank>/``), printed ``console``,
+    and exited with ``code``."""
+
+    files: dict[int, dict[str, str]] = {}  # local rank -> file name -> text
+    console: list[str] = []
+    code = 0
+
+    def __init__(self, argv, **_):
+        (log_dir,) = [a.split("=", 1)[1] for a in argv if a.startswith("--log-dir=")]
+        for rank, files in self.files.items():
+            folder = Path(log_dir, "c6f3_x1y2", "attempt_0", str(rank))
+            folder.mkdir(parents=True)
+            for name, text in files.items():
+                (folder / name).write_text(text)
+        self.stdout, self.stderr, self.pid = iter(self.console), iter([]), 0
+
+    def poll(self):
+        return self.code
+
+    wait = poll
+
+    def terminate(self):
+        pass
+
+
+def fake_launch(monkeypatch, tmp_path, files, console, code=0, **kwargs):
+    agent = type("Agent", (FakeAgent,), {"files": files, "console": console, "code": code})
+    monkeypatch.setattr(launch.subprocess, "Popen", agent)
+    return launch.torchrun(write(tmp_path, "ranks.py", RANKS), nproc_per_node=2, **kwargs)
+
+
+def test_each_rank_output_is_read_from_its_files(monkeypatch, tmp_path, capsys):
+    """A rank's lines are its stdout's, then its stderr's, from its own files; the console is only
+    shown, and however torchrun cut and interleaved it there, nothing of it gets into a rank's
+    lines."""
+    files = {
+        0: {"stdout.log": "image batches copied: 4\nepoch 0\n", "stderr.log": "UserWarning: x\n"},
+        1: {"stdout.log": "epoch 1: 0.52\ncut short, no end", "stderr.log": ""},
+    }
+    console = [  # torchrun read both ranks' lines in pieces
+        "[rank0]: image batches [rank1]: epoch 1: 0.52\n",
+        "[rank0]: copied: 4[rank0]: \n",
+        "torchrun's own line\n",
+        "[rank1]: cut short, no end",
+    ]
+    result = fake_launch(monkeypatch, tmp_path, files, console, timeout=30)
+    assert result.output(0) == ["image batches copied: 4", "epoch 0", "UserWarning: x"]
+    assert result.output(1) == ["epoch 1: 0.52", "cut short, no end"]
+    assert result.output(2) == [], "no such rank: no lines"
+    printed = capsys.readouterr().out
+    assert "[rank1]: cut short, no end" in printed and "torchrun's own line" not in printed
+
+
+def test_a_failing_rank_is_named_with_its_cause_from_error_json(monkeypatch, tmp_path):
+    """A script whose entry point has ``@record`` leaves its exception in error.json (torchrun's
+    format); the message names it, then the rank's last lines from its files."""
+    error = {
+        "message": {
+            "message": "RuntimeError: rank 1 ran out of luck",
+            "extraInfo": {
+                "py_callstack": "Traceback (most recent call last): ...",
+                "timestamp": "1",
+            },
+        }
+    }
+    files = {
+        0: {"stdout.log": "rank 0 is fine\n"},
+        1: {
+            "stdout.log": "rank 1 up\n",
+            "stderr.log": "Traceback (most recent call last):\n"
+            "RuntimeError: rank 1 ran out of luck\n[W] ProcessGroup destroyed\n",
+            "error.json": json.dumps(error),
+        },
+    }
+    report = REPORT.replace("rank      : 3 (local_rank: 1)", "rank      : 1 (local_rank: 1)")
+    with pytest.raises(launch.LaunchError) as info:
+        fake_launch(monkeypatch, tmp_path, files, report.splitlines(), code=1, timeout=30)
+    assert str(info.value).splitlines() == [
+        "rank 1 failed first (exit code 1: an uncaught exception, or sys.exit with a message); "
+        f"torchrun stopped the others: {info.value.result.command}",
+        "Root cause: RuntimeError: rank 1 ran out of luck",
+        "Last lines of rank 1:",
+        "    rank 1 up",
+        "    Traceback (most recent call last):",
+        "    RuntimeError: rank 1 ran out of luck",
+        "    [W] ProcessGroup destroyed",
+    ]
+    assert info.value.result.errors == {1: "RuntimeError: rank 1 ran out of luck"}
+
+
 # The options of torchrun in torch 2.11.0, the oldest the course supports (torch/distributed/run.py,
 # get_args_parser)
 TORCH_2_11_OPTIONS = {
@@ -167,25 +261,6 @@ TORCH_2_11_OPTIONS = {
 }
 
 
-def test_a_rank_whose_lines_are_not_prefixed_still_shows_them():
-    """Whatever goes wrong with the [rankN] prefix, the message shows what the failed rank
-    printed, and names the exit code."""
-    result = launch.LaunchResult(
-        "torchrun x.py",
-        returncode=1,
-        lines=[("agent0", t) for t in TORCH_2_11_UNKNOWN_OPTION.splitlines()],
-    )
-    message = launch._why(result, timeout=60)
-    assert message.startswith("rank 0 failed first (exit code 2: a command-line usage error"), (
-        message
-    )
-    assert (
-        "rank 0 printed nothing" in message
-        and "unknown option --log-line-prefix-template" in message
-    ), message
-    assert "ChildFailedError" not in message, "torchrun's own traceback is not the rank's output"
-
-
 @linux_only
 def test_children_finds_a_process_in_a_session_of_its_own():
     """How a timeout finds the workers of an agent that outlives its grace (torch 2.11's waits 30
@@ -207,18 +282,10 @@ def test_torchrun_gets_only_options_every_supported_torch_knows(tmp_path, monkey
     torch 2.11 lacks."""
     calls = []
 
-    class Agent:  # a torchrun that ends at once, successfully
-        def __init__(self, argv, env, **_):
+    class Agent(FakeAgent):  # a torchrun that ends at once, successfully
+        def __init__(self, argv, env, **kwargs):
             calls.append((argv, env))
-            self.stdout, self.stderr, self.pid = iter([]), iter([]), 0
-
-        def poll(self):
-            return 0
-
-        wait = poll
-
-        def terminate(self):
-            pass
+            super().__init__(argv, **kwargs)
 
     monkeypatch.setattr(launch.subprocess, "Popen", Agent)
     script = write(tmp_path, "ranks.py", RANKS)
@@ -250,7 +317,10 @@ def test_a_crashing_rank_is_named_and_nothing_is_left(tmp_path, monkeypatch):
         message.startswith("rank 1 failed first (exit code 1: ")
         and "torchrun stopped the others" in message
     ), message
-    assert "rank 1 gives up on purpose" in message, (
+    assert "\nRoot cause: RuntimeError: rank 1 gives up on purpose\nLast lines of rank 1:\n" in (
+        message
+    ), "torchrun's error.json, from @record, names the exception"
+    assert message.endswith("    RuntimeError: rank 1 gives up on purpose"), (
         "the failed rank's last lines are in the message"
     )
     assert info.value.result.seconds < 30, (
@@ -289,9 +359,7 @@ def test_a_rank_that_dies_without_a_word_is_named_with_its_signal(tmp_path):
     assert message.startswith("rank 0 failed first (killed by signal 9: SIGKILL: out of memory"), (
         message
     )
-    assert (
-        "rank 0 printed nothing; torchrun's last lines" in message and "exitcode: -9" in message
-    ), message
+    assert message.endswith("Last lines of rank 0:\n    (rank 0 printed nothing)"), message
 
 
 @pytest.mark.slow
@@ -349,52 +417,27 @@ def test_timeout_stops_every_process(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_local_agents_meet_at_a_rendezvous_and_each_rank_output_is_prefixed(tmp_path, capsys):
-    """Two agents, one worker each, ranks 0 and 1 of 2; each rank's lines, stderr's too, are
-    collected under its rank and printed with its prefix."""
+    """Two agents, one worker each, ranks 0 and 1 of 2: each rank's lines, stderr's too, come from
+    its own files under its global rank, whole however torchrun read them; the console shows them
+    with their prefix."""
     result = launch.torchrun(
         write(tmp_path, "ranks.py", NOISY), nproc_per_node=1, nnodes=2, timeout=60
     )
-    assert ranks(result) == [0, 1] and "x2 agents" in result.command
-    assert sorted(result.output(1)) == [
-        "UserWarning: something a framework says",
-        "hello from rank 1 of 2",
-        "one line, written in two writes",
-    ], (
-        "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
-        "(lesson 06 does); a line torchrun read in two pieces is one line again"
-    )
+    assert sorted(result.ranks) == [0, 1] and "x2 agents" in result.command
+    for rank in (0, 1):
+        assert result.output(rank) == [
+            f"hello from rank {rank} of 2",
+            "one line, written in two writes",
+            "UserWarning: something a framework says",
+        ], (
+            "stderr is a rank's output too: a check of what rank 0 printed must pick its own lines "
+            "(lesson 06 does); a line torchrun read in two pieces is one line"
+        )
     printed = capsys.readouterr().out
     assert (
         "[rank0]: hello from rank 0 of 2" in printed
         and "[rank1]: hello from rank 1 of 2" in printed
     )
-
-
-def test_a_line_torchrun_read_in_pieces_is_whole_again():
-    """torchrun heads each piece it reads; the pieces of a rank's line come back together, whatever
-    came between them (another rank's line, torchrun's own) and however the line ended."""
-    agent = [
-        "[rank0]: image batches copied: [rank1]: epoch 1: 0.52\n",
-        '[rank0]: {"count": 4}[rank0]: \n',
-        "torchrun's own line\n",
-        "\n",
-        "[rank1]: cut short, no end",
-    ]
-    pending = {}
-    lines = [line for text in agent for line in launch._rank_lines(text, pending)]
-    assert lines == [
-        ("1", "epoch 1: 0.52"),
-        ("0", 'image batches copied: {"count": 4}'),
-        (None, "torchrun's own line"),
-        (None, ""),
-        ("1", "cut short, no end"),
-    ]
-    assert not pending
-
-
-def ranks(result: launch.LaunchResult) -> list[int]:
-    """The ranks that printed something."""
-    return sorted({int(source[4:]) for source, _ in result.lines if source.startswith("rank")})
 
 
 def _tagged(tag: str) -> set[int]:

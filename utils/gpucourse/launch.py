@@ -1,8 +1,15 @@
 """Run ``torchrun`` from a notebook: each rank's output, a clear message when a rank fails, and a
 timeout (a hang otherwise waits for the backend's: NCCL 10 minutes, gloo 30) after which no process
-it started is left."""
+it started is left.
+
+torchrun writes each rank's output to files of its own (``--tee=3 --log-dir=...``):
+``<log dir>/<run id>_<random>/attempt_0/<local rank>/`` holds ``stdout.log``, ``stderr.log`` and,
+from a script whose entry point has ``@record``, ``error.json``. A rank's lines are read from there;
+the console, where torchrun heads each piece it reads with its rank, is only shown.
+"""
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -29,36 +36,19 @@ _CAUSES = {  # exit codes
 
 @dataclass
 class LaunchResult:
-    """What a launch did: its command, each rank's lines (stdout and stderr), and how it ended."""
+    """What a launch did: its command, how it ended, each rank's lines (its stdout's, then its
+    stderr's) and what the agents printed."""
 
     command: str
     returncode: int = 0
     seconds: float = 0.0
     timed_out: bool = False
-    # (source, text); source "rank0"... or "agent0"...
-    lines: list[tuple[str, str]] = field(default_factory=list)
+    ranks: dict[int, list[str]] = field(default_factory=dict)  # rank -> its lines
+    errors: dict[int, str] = field(default_factory=dict)  # rank -> its error.json's exception
+    console: list[str] = field(default_factory=list)  # the agents' output, as torchrun printed it
 
     def output(self, rank: int) -> list[str]:
-        return [text for source, text in self.lines if source == f"rank{rank}"]
-
-
-# torchrun's head of each piece of a rank's output (our TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
-_HEADER = re.compile(r"\[rank(\d+)\]: ?")
-
-
-def _rank_lines(text: str, pending: dict[str, str]) -> list[tuple[str | None, str]]:
-    """The whole lines in one line of an agent's output, as ``(rank, text)``; rank None: the
-    agent's own. torchrun may read a rank's line before the rank has written all of it (an
-    unbuffered ``print`` writes the line and its end apart): the pieces then come headed apart,
-    among other ranks' lines, and each rank's are joined (``pending``) until one ends a line."""
-    parts = _HEADER.split(text)
-    lines = [(None, parts[0].rstrip("\n"))] if parts[0].strip() or len(parts) == 1 else []
-    pairs = list(zip(parts[1::2], parts[2::2], strict=True))
-    for i, (rank, piece) in enumerate(pairs):
-        pending[rank] = pending.get(rank, "") + piece
-        if i == len(pairs) - 1:  # the agent's line ends here: so does the rank's
-            lines.append((rank, pending.pop(rank).rstrip("\n")))
-    return lines
+        return self.ranks.get(rank, [])
 
 
 class LaunchError(RuntimeError):
@@ -104,6 +94,21 @@ def _check(script, nproc_per_node, nnodes, timeout) -> Path:
     return path
 
 
+def _read_ranks(logs: Path, first_rank: int, result: LaunchResult) -> None:
+    """One agent's ranks from its log folder: ``first_rank`` + the local rank."""
+    for folder in logs.glob("*/attempt_0/*"):
+        rank = first_rank + int(folder.name)
+        result.ranks[rank] = [
+            line
+            for name in ("stdout.log", "stderr.log")
+            if (folder / name).is_file()
+            for line in (folder / name).read_text(errors="replace").splitlines()
+        ]
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            error = json.loads((folder / "error.json").read_text())["message"]
+            result.errors[rank] = error if isinstance(error, str) else error["message"]
+
+
 def _why(result: LaunchResult, timeout: float) -> str:
     if result.timed_out:
         return (
@@ -111,11 +116,13 @@ def _why(result: LaunchResult, timeout: float) -> str:
             "stopped. A timeout too short, or ranks waiting in a collective another rank never "
             "reaches (NCCL gives up after 10 minutes, gloo after 30)."
         )
-    report = [text for source, text in result.lines if source.startswith("agent")]
-    root = report[next((i for i, t in enumerate(report) if "Root Cause" in t), 0) :]
-    rank = next((int(m[1]) for t in root if (m := re.match(r"\s*rank\s*:\s*(\d+)", t))), None)
+    # the agent's report names the rank that failed first and its exit code
+    report = result.console[
+        next((i for i, t in enumerate(result.console) if "Root Cause" in t), 0) :
+    ]
+    rank = next((int(m[1]) for t in report if (m := re.match(r"\s*rank\s*:\s*(\d+)", t))), None)
     code = next(
-        (int(m[1]) for t in root if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", t))),
+        (int(m[1]) for t in report if (m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", t))),
         result.returncode,
     )
     how = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
@@ -123,31 +130,74 @@ def _why(result: LaunchResult, timeout: float) -> str:
         how += f": {_CAUSES[code]}"
     if rank is None:  # e.g. torchrun rejected its own arguments
         return "\n".join(
-            [f"{result.command} failed ({how}) before any rank reported an error:", *report[-20:]]
+            [
+                f"{result.command} failed ({how}) before any rank reported an error:",
+                *result.console[-20:],
+            ]
         )
-    # torchrun's own lines before its traceback and report: where a rank's output goes when it is
-    # not prefixed [rankN]
-    own = report[
-        : next(
-            (
-                i
-                for i, t in enumerate(report)
-                if t.startswith("Traceback (most") or re.fullmatch("=+", t)
-            ),
-            None,
-        )
-    ]
-    last = result.output(rank)[-15:] or [
-        f"(rank {rank} printed nothing; torchrun's last lines before its report:)",
-        *own[-15:],
-    ]
+    cause = [f"Root cause: {result.errors[rank]}"] if rank in result.errors else []
     return "\n".join(
         [
             f"rank {rank} failed first ({how}); torchrun stopped the others: {result.command}",
+            *cause,
             f"Last lines of rank {rank}:",
-            *(f"    {t}" for t in last),
+            *(f"    {t}" for t in result.output(rank)[-15:] or [f"(rank {rank} printed nothing)"]),
         ]
     )
+
+
+def _wait(agents: list[subprocess.Popen], deadline: float) -> bool:
+    """Until every agent has ended, one has failed (the others are stopped after) or time is up:
+    True in the last case."""
+    while True:
+        codes = [agent.poll() for agent in agents]
+        running = None in codes and not any(codes)
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.1)
+
+
+def _stop(agents: list[subprocess.Popen]) -> None:
+    """Every agent and its workers: SIGTERM (a no-op on an agent that has ended), on which torchrun
+    stops its workers, then after a grace SIGKILL to whatever is left."""
+    for agent in agents:
+        agent.terminate()
+    deadline = time.monotonic() + _GRACE
+    while time.monotonic() < deadline and any(a.poll() is None for a in agents):
+        time.sleep(0.05)
+    # its workers, each in a session of its own, and its group
+    for agent in [a for a in agents if a.poll() is None]:
+        for group in [*_children(agent.pid), agent.pid]:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+
+
+def _options(nproc_per_node: int, nnodes: int) -> list[str]:
+    """torchrun's options before the script: standalone, or ``nnodes`` agents meeting at a c10d
+    rendezvous on a free port of 127.0.0.1."""
+    if nnodes == 1:
+        return ["--standalone", f"--nproc-per-node={nproc_per_node}"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # a free port
+        port = s.getsockname()[1]
+    return [
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=gpucourse",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+    ]
+
+
+def _environment(processes: int) -> dict[str, str]:
+    return {
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes)),  # a share of the cores
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5",
+        # the console's head of each rank's piece; not the option: torch 2.11's torchrun has none
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
+    }
 
 
 def torchrun(
@@ -162,60 +212,29 @@ def torchrun(
     ...`` (``stream``); ``nnodes > 1``: that many local agents meet at a c10d rendezvous on
     127.0.0.1."""
 
-    # a thread per agent and stream (torchrun heads a rank's stdout and stderr alike) sorts lines
-    def follow(index: int, pipe) -> None:
-        pending: dict[str, str] = {}
+    def follow(pipe) -> None:  # a thread per agent and stream: shown, kept for torchrun's report
         for text in pipe:
-            for rank, line in _rank_lines(text, pending):
-                result.lines.append((f"agent{index}" if rank is None else f"rank{rank}", line))
-                if stream and rank is not None:
-                    print(f"[rank{rank}]: {line}", flush=True)
-        result.lines += [(f"rank{rank}", line) for rank, line in pending.items()]  # cut short
+            result.console.append(text.rstrip("\n"))
+            if stream and text.startswith("[rank"):
+                print(text.rstrip("\n"), flush=True)
 
     script = _check(script, nproc_per_node, nnodes, timeout)
-    # each process's share of the cores
-    threads = str(max(1, (os.cpu_count() or 1) // (nproc_per_node * nnodes)))
-    env = {
-        "OMP_NUM_THREADS": threads,
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5",
-        # not the option: torch 2.11's torchrun has none
-        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
-    }
-    options = ["--standalone", f"--nproc-per-node={nproc_per_node}"]
-    if nnodes > 1:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))  # a free port
-            options[:1] = [
-                "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{s.getsockname()[1]}",
-                "--rdzv-id=gpucourse",
-                f"--nnodes={nnodes}",
-            ]
+    options = _options(nproc_per_node, nnodes)
     program = [str(script), *map(str, args)]
     result = LaunchResult(
         shlex.join(["torchrun", *options, *program])
         + (f"  (x{nnodes} agents)" if nnodes > 1 else "")
     )
-    agents = []
-    readers = []
+    agents, readers = [], []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpucourse-torchrun-") as logs:
         try:
             for i in range(nnodes):
+                command = [sys.executable, "-m", "torch.distributed.run", *options]
                 agents.append(
                     subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "torch.distributed.run",
-                            *options,
-                            "--tee=3",
-                            f"--log-dir={logs}/{i}",
-                            *program,
-                        ],
-                        env=env,
+                        [*command, "--tee=3", f"--log-dir={logs}/{i}", *program],
+                        env=_environment(nproc_per_node * nnodes),
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
@@ -225,31 +244,19 @@ def torchrun(
                     )
                 )
                 for pipe in (agents[i].stdout, agents[i].stderr):
-                    readers.append(threading.Thread(target=follow, args=(i, pipe), daemon=True))
+                    readers.append(threading.Thread(target=follow, args=(pipe,), daemon=True))
                     readers[-1].start()
-            # until every agent has ended, one failed (the others are stopped below) or time is up
-            while True:
-                codes = [agent.poll() for agent in agents]
-                running = None in codes and not any(codes)
-                if not running or time.monotonic() - started >= timeout:
-                    break
-                time.sleep(0.1)
-            result.timed_out = running
+            result.timed_out = _wait(agents, started + timeout)
         finally:
-            for agent in agents:
-                # SIGTERM (a no-op on an agent that has ended): torchrun stops its workers' groups
-                agent.terminate()
-            deadline = time.monotonic() + _GRACE
-            while time.monotonic() < deadline and any(a.poll() is None for a in agents):
-                time.sleep(0.05)
-            # its workers, each in a session of its own, and its group
-            for agent in [a for a in agents if a.poll() is None]:
-                for group in [*_children(agent.pid), agent.pid]:
-                    with contextlib.suppress(OSError):
-                        os.killpg(group, signal.SIGKILL)
+            _stop(agents)
             for reader in readers:
                 reader.join(timeout=_GRACE)  # the rest of each agent's output
             result.seconds = time.monotonic() - started
+            # the c10d rendezvous numbers the agents of one host in the order of their process ids
+            # (torch's dynamic_rendezvous sorts them); an agent's ranks follow its number's
+            by_pid = sorted(agents, key=lambda agent: agent.pid)
+            for i, agent in enumerate(agents):
+                _read_ranks(Path(logs, str(i)), by_pid.index(agent) * nproc_per_node, result)
     codes = [agent.wait() for agent in agents]
     result.returncode = next((code for code in codes if code), 0)
     if result.returncode or result.timed_out:
