@@ -2,9 +2,10 @@
 (CONTRIBUTING.md, "The helper").
 
 A lesson writes the API it teaches in its own cells; `gpucourse` keeps what two or more lessons use,
-plus the command-line tools and `launch`. The size is counted on the code as ruff formats it (100
-columns, pyproject.toml), so packing lines never buys room. When a test here fails it names the
-module and the lessons that use it.
+plus the command-line tools and `launch`. Two budgets: the learner API (what lessons import) and the
+command-line tools (`doctor`, `bench`, `__main__`), and no file over 300 lines. The size is counted
+on the code as ruff formats it (100 columns, pyproject.toml), so packing lines never buys room. When
+a test here fails it names the module and the lessons that use it.
 """
 
 from __future__ import annotations
@@ -18,17 +19,29 @@ from pathlib import Path
 
 import coursekit as ck
 import pytest
+import tomllib
 
 PACKAGE = ck.ROOT / "utils" / "gpucourse"
-# The budget for the whole package (CONTRIBUTING.md): lines of `ruff format`'s output, blank lines
-# too, as `wc -l` counts them
-BUDGET_LINES = 2200
+# The command-line tools; every other module is the learner API
+TOOLS = {"doctor", "bench", "__main__"}
+# The budgets (CONTRIBUTING.md): lines of `ruff format`'s output, blank lines too, as `wc -l` counts
+# them
+BUDGETS = {"the learner API": 1600, "the command-line tools": 900}
+MODULE_LINES = 300  # one file's most
 # Exempt from "two lessons": the command-line tools, the package's own plumbing, and `launch`.
-EXEMPT = {"__init__", "__main__", "doctor", "bench", "launch"}
+EXEMPT = {"__init__", "launch", *TOOLS}
+
+
+def _files() -> dict[str, list[Path]]:
+    """Each module (``launch``; a subpackage, ``doctor``, counts as one) -> its files."""
+    files = {path.stem: [path] for path in sorted(PACKAGE.glob("*.py"))}
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        files[init.parent.name] = sorted(init.parent.glob("*.py"))
+    return files
 
 
 def _modules() -> list[str]:
-    return [path.stem for path in sorted(PACKAGE.glob("*.py"))]
+    return sorted(_files())
 
 
 def _formatted_lines(path: Path, source: str | None = None) -> int:
@@ -84,14 +97,49 @@ def _users() -> dict[str, set[str]]:
     return users
 
 
-def test_the_helper_keeps_its_budget():
-    lines = {path.stem: _formatted_lines(path) for path in sorted(PACKAGE.glob("*.py"))}
-    total = sum(lines.values())
-    biggest = ", ".join(f"{m} {n}" for m, n in sorted(lines.items(), key=lambda kv: -kv[1])[:5])
-    assert total <= BUDGET_LINES, (
-        f"gpucourse is {total} lines as ruff formats it, over the course's budget of "
-        f"{BUDGET_LINES} (biggest: {biggest}): move what one lesson uses into its cells"
+@pytest.fixture(scope="module")
+def lines() -> dict[Path, int]:
+    return {path: _formatted_lines(path) for paths in _files().values() for path in paths}
+
+
+@pytest.mark.parametrize("part", BUDGETS)
+def test_the_helper_keeps_its_budgets(lines, part):
+    tools = part == "the command-line tools"
+    mine = {
+        path: n
+        for path, n in lines.items()
+        if (path.relative_to(PACKAGE).parts[0].removesuffix(".py") in TOOLS) == tools
+    }
+    total = sum(mine.values())
+    biggest = ", ".join(
+        f"{path.relative_to(PACKAGE)} {n}"
+        for path, n in sorted(mine.items(), key=lambda kv: -kv[1])[:5]
     )
+    advice = "" if tools else ": move what one lesson uses into its cells"
+    assert total <= BUDGETS[part], (
+        f"{part} of gpucourse is {total} lines as ruff formats them, over its budget of "
+        f"{BUDGETS[part]} (biggest: {biggest}){advice}"
+    )
+
+
+def test_no_module_is_long(lines):
+    long = {str(path.relative_to(PACKAGE)): n for path, n in lines.items() if n > MODULE_LINES}
+    assert not long, (
+        f"gpucourse's files stay within {MODULE_LINES} lines as ruff formats them: {long}; split "
+        "one concept's module into a package (as the doctor is)"
+    )
+
+
+def test_every_subpackage_is_installed():
+    """A Colab set-up cell installs gpucourse with pip, not editable: setuptools installs only the
+    packages pyproject.toml names, and a subpackage left out is missing there."""
+    setuptools = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {
+        ".".join(("gpucourse", *init.parent.relative_to(PACKAGE).parts))
+        for init in PACKAGE.rglob("__init__.py")
+    }
+    missing = sorted(found - set(setuptools["packages"]))
+    assert not missing, f"pyproject.toml's [tool.setuptools] packages must name {missing}"
 
 
 def test_packing_lines_buys_no_room():
@@ -109,34 +157,35 @@ def test_every_module_serves_two_lessons():
     )
 
 
-def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
-    """The package's modules a module imports anywhere in it (in functions too): `from .x
-    import`, `gpucourse.x`, ..."""
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports anywhere in it (in functions too): `from .x
+    import`, `from .. import x` in a subpackage, `gpucourse.x`, ..."""
+    # the package ``path`` is in, as a dotted name: gpucourse, gpucourse.doctor
+    here = ".".join(("gpucourse", *path.parent.relative_to(PACKAGE).parts))
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (
-            node.level or (node.module or "").split(".")[0] == "gpucourse"
-        ):
-            base = (
-                (node.module or "").removeprefix("gpucourse").strip(".")
-                if not node.level
-                else node.module or ""
-            )
-            found |= (
-                {base.split(".")[0]}
-                if base
-                else {a.name if a.name in modules else "__init__" for a in node.names}
-            )
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = here.split(".")[: len(here.split(".")) - node.level + 1]
+                base = ".".join(filter(None, [*parent, base]))
+            names = [base] if base != "gpucourse" else [f"gpucourse.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".") for a in node.names if a.name.split(".")[0] == "gpucourse"]
-            found |= {name[1] if len(name) > 1 else "__init__" for name in names}
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "gpucourse":
+                found.add(parts[1] if len(parts) > 1 and parts[1] in modules else "__init__")
     return found & modules
 
 
 def test_no_import_circle_among_the_helper_modules():
     modules = set(_modules())
     graph = {
-        m: _imports(ast.parse((PACKAGE / f"{m}.py").read_text()), modules) - {m} for m in modules
+        m: set().union(*(_imports(path, modules) for path in paths)) - {m}
+        for m, paths in _files().items()
     }
 
     def circle(module: str, path: list[str]) -> list[str] | None:

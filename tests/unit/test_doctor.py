@@ -1,4 +1,5 @@
-"""gpucourse.doctor: every usual failure diagnosed on a faked environment, and never a crash.
+"""gpucourse.doctor (probes, checks, report): every usual failure diagnosed on a faked environment,
+and never a crash.
 
 Tests assert the findings' stable codes; one golden-text test keeps the wording honest.
 """
@@ -177,13 +178,13 @@ def test_no_dev_shm_reading_claims_nothing():
 def test_probe_shm_reads_statvfs(monkeypatch):
     """64 MiB as Docker mounts it by default; no /dev/shm (macOS, Windows) is no reading."""
     docker = types.SimpleNamespace(f_frsize=4096, f_blocks=16384)
-    monkeypatch.setattr(doctor.os, "statvfs", lambda path: docker, raising=False)
+    monkeypatch.setattr(doctor.probes.os, "statvfs", lambda path: docker, raising=False)
     assert doctor.probe_shm() == {"path": "/dev/shm", "total_mib": 64}
 
     def missing(path):
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(doctor.os, "statvfs", missing, raising=False)
+    monkeypatch.setattr(doctor.probes.os, "statvfs", missing, raising=False)
     assert doctor.probe_shm() is None
 
 
@@ -191,9 +192,9 @@ def test_collect_survives_a_broken_probe(monkeypatch):
     def explode():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(doctor, "probe_driver", explode)
+    monkeypatch.setattr(doctor.probes, "probe_driver", explode)
     monkeypatch.setattr(
-        doctor,
+        doctor.probes,
         "probe_framework",
         lambda key: explode() if key == "tensorflow" else {"installed": False},
     )
@@ -253,7 +254,7 @@ def test_the_whole_report_for_one_machine():
 
 def test_json_carries_the_codes(monkeypatch, capsys):
     machine = facts(torch={"version": "2.14.1+cpu", "cuda": None, **NO_TORCH_GPU})
-    monkeypatch.setattr(doctor, "collect", lambda: machine)
+    monkeypatch.setattr(doctor.report, "collect", lambda: machine)
     assert doctor.main(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [f["code"] for f in report["findings"]] == ["cpu_only_torch"]
@@ -391,7 +392,7 @@ def test_probe_nvidia_packages_on_faked_wheels(monkeypatch):
         wheel("nvidia-ml-py", "13.615.71", "pynvml.py"),
         wheel("numpy", "2.4.6", "numpy/__init__.py"),
     ]
-    monkeypatch.setattr(doctor.importlib.metadata, "distributions", lambda: wheels)
+    monkeypatch.setattr(doctor.probes.importlib.metadata, "distributions", lambda: wheels)
     assert doctor.probe_nvidia_packages() == {
         "packages": {"nvidia-cudnn-cu12": 12, "nvidia-cudnn-cu13": 13, "nvidia-cublas": 13},
         "clashes": {"nvidia/cudnn/lib/libcudnn.so.9": ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]},
@@ -499,8 +500,8 @@ def test_colab_runtime_as_shipped_is_no_error_and_gets_no_course_venv_fix():
 def test_colab_is_recognized_in_a_command_the_notebook_runs(monkeypatch):
     """`!python -m gpucourse doctor` runs in a new process without google.colab imported; Colab's
     variable reaches it."""
-    monkeypatch.setattr(doctor, "probe_driver", lambda: {"found": False, "gpus": []})
-    monkeypatch.setattr(doctor, "probe_framework", lambda key: {"installed": False})
+    monkeypatch.setattr(doctor.probes, "probe_driver", lambda: {"found": False, "gpus": []})
+    monkeypatch.setattr(doctor.probes, "probe_framework", lambda key: {"installed": False})
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
