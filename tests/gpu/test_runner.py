@@ -186,6 +186,8 @@ def test_cell_parts_and_the_claims_catalogue(tmp_path):
     two = _notebook(tmp_path / "a.ipynb", ["import torch\n", "x = 1"], "dali = gc.import_dali()")
     assert steps.code_cells(two) == ["import torch\nx = 1", "dali = gc.import_dali()"]
     assert steps.cell_parts(two) == ["PyTorch", "DALI"]
+    named = _notebook(tmp_path / "c.ipynb", "x = 1", 'claims.needs("DALI\'s plugin", ok)')
+    assert steps.cell_parts(named) == ["PyTorch", "DALI"], "DALI, whatever its case"
     setup = _notebook(tmp_path / "b.ipynb", "# Set-up: pip install tensorflow\n", "tf.constant(1)")
     assert steps.cell_parts(setup) == ["PyTorch", "TensorFlow"], "the set-up cell is everyone's"
     lesson = steps.cell_parts(ROOT / "solutions/01_verify_gpu/verify_gpu.ipynb")

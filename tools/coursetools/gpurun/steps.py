@@ -27,7 +27,7 @@ CUDA_TESTS = "tests/gpu/test_on_cuda.py"
 # A code cell is in its lesson's TensorFlow or DALI part when it matches; else (set-up too) PyTorch.
 PARTS = {
     "TensorFlow": re.compile(r"\btf\.|\bkeras\b|import_tensorflow\(|^\s*import tensorflow", re.M),
-    "DALI": re.compile(r"\bdali\b|import_dali\(|pipeline_def|nvidia\.dali"),
+    "DALI": re.compile(r"\bdali\b|import_dali\(|pipeline_def|nvidia\.dali", re.I),
 }
 RUNNING: set[subprocess.Popen] = set()  # what a stop must end
 
