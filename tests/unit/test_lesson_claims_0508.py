@@ -416,7 +416,7 @@ def _trace(xplane, folder, name: str, planes: dict[str, int], errors=()) -> str:
     """An .xplane.pb holding one line of ``planes[name]`` events per plane, and ``errors``."""
     space = xplane.XSpace(errors=list(errors), hostnames=["vm"])
     for plane_name, events in planes.items():
-        line = space.planes.add(name=plane_name).lines.add(name="Stream #7")
+        line = space.planes.add(name=plane_name).lines.add(name="Stream 7")
         for i in range(events):
             line.events.add(metadata_id=1, offset_ps=1000 * i, duration_ps=500)
     path = folder / f"{name}.xplane.pb"
@@ -434,7 +434,7 @@ def test_the_tensorflow_profile_validates_the_gpu_exactly_when_its_trace_holds_g
     package = types.ModuleType("tensorflow.tsl.profiler.protobuf")
     package.xplane_pb2 = xplane
     monkeypatch.setitem(sys.modules, "tensorflow.tsl.profiler.protobuf", package)
-    namespace = {"Path": __import__("pathlib").Path}
+    namespace = {"Path": __import__("pathlib").Path, "tf": package}
     exec(ck.code_cell(PROFILE, "def gpu_events("), namespace)
     gpu_events = namespace["gpu_events"]
 
