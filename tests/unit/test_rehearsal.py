@@ -6,6 +6,10 @@
 - ``torch.tensor(data, device=...)`` builds on the host, then copies without ``non_blocking``
   (``torch/csrc/utils/tensor_new.cpp``); ``Module.to`` copies each parameter with ``t.to(...)``
   from ``torch/nn/modules/module.py``;
+- a non-blocking copy between the device and pageable host memory is that ``cudaMemcpyAsync``
+  alone, reported by nothing, though the driver may make it wait for the stream to stage the
+  memory (the CUDA Runtime API's "API synchronization behavior", asynchronous memcpy, items 1
+  and 3); from pinned memory it runs ahead;
 - ``torch.cuda.synchronize()`` is ``device_synchronize``, which waits without reporting
   (``c10/cuda/CUDAFunctions.cpp``); the profiler's ``__exit__`` calls it
   (``torch/autograd/profiler.py``).
@@ -76,6 +80,26 @@ def test_what_synchronizes_and_from_which_line():
         syncs = reported(r, lines, cell)
     assert [line for _, line in syncs] == [1, 3, 4, 4, 5, 6, 7, 8]
     assert {file for file, _ in syncs} == {"<cell>"} and r.syncs.explicit == 1
+
+
+def test_a_non_blocking_copy_from_pageable_memory_is_a_wait_cuda_does_not_report():
+    """Counted apart (``syncs.staged``), never reported: set_sync_debug_mode sees none of them. A
+    non-blocking copy back to the host lands in pinned memory, as PyTorch's ``_to_copy`` makes."""
+    with Rehearsal("t4") as r:
+        host, pinned, batch = torch.ones(4), torch.ones(4).pin_memory(), torch.ones(4).to("cuda")
+        torch.cuda.set_sync_debug_mode("error")  # a reported synchronization would raise
+        host.to("cuda", non_blocking=True)  # pageable: staged
+        batch.copy_(host, non_blocking=True)  # pageable: staged
+        host.cuda(non_blocking=True)  # pageable: staged
+        back = batch.to("cpu", non_blocking=True)  # into pinned memory (_to_copy's pin_out)
+        pinned.to("cuda", non_blocking=True)  # pinned: runs ahead
+        back.to("cuda", non_blocking=True)
+        batch.copy_(pinned, non_blocking=True)
+        loader = torch.utils.data.DataLoader(torch.ones(8, 2), batch_size=4, pin_memory=True)
+        for rows in loader:
+            rows.to("cuda", non_blocking=True)  # the loader's pinned batches run ahead
+        torch.cuda.set_sync_debug_mode(0)
+    assert (r.syncs.staged, len(r.syncs)) == (3, 1)  # the one blocking copy made `batch`
 
 
 def test_module_to_copies_each_parameter_from_torchs_own_line():

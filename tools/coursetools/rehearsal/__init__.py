@@ -19,7 +19,12 @@ rehearsal adds is what CUDA would do differently around them:
   (``.item()``, ``.tolist()``, ``bool()``, ``float()``, ``int()``, printing), and the operations
   whose output size is on the device (``nonzero``, boolean-mask indexing, ``masked_select``,
   ``unique``, ``torch.equal``). ``torch.cuda.synchronize()`` waits but, as on CUDA
-  (``device_synchronize``), is not reported through that channel; it is counted apart.
+  (``device_synchronize``), is not reported through that channel; it is counted apart. So is a
+  non-blocking copy between the device and pageable host memory (``syncs.staged``): PyTorch issues
+  ``cudaMemcpyAsync`` and reports nothing, but the driver may make the host wait for the stream to
+  stage the memory (the CUDA Runtime API's "API synchronization behavior"). Memory from
+  ``pin_memory()``, a ``DataLoader(pin_memory=True)`` or a non-blocking copy back to the host
+  (``_to_copy`` pins it) is pinned: its copies run ahead.
 - **Machines.** A T4 with 2 vCPUs as on Colab, an L4, an A100, an H100 with 16 cores, with 1 to 8
   GPUs (``MACHINES``); ``torch.cuda.get_device_properties`` and the CPU count say so.
 - **Profiles and compiling.** A profile shows each reported synchronization as a

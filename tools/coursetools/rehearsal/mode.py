@@ -95,6 +95,7 @@ class Syncs:
 
     reported: list = field(default_factory=list)
     explicit: int = 0  # torch.cuda.synchronize() and events: a wait CUDA does not report
+    staged: int = 0  # non-blocking copies with pageable host memory: waits nothing reports
 
     def __len__(self) -> int:
         return len(self.reported)
@@ -118,7 +119,10 @@ class Mode(TorchFunctionMode):
         if name == "copy_":
             there, here = r.places.index(args[0]), r.places.index(args[1])
             if (there is None) != (here is None):
-                self._cross(not kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+                non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+                self._cross(not non_blocking)
+                host = args[0] if there is None else args[1]
+                r.syncs.staged += non_blocking and r.pinned.index(host) is None
             return func(*args, **kwargs)
         if name in _HOST_ONLY and r.places.index(args[0]) is not None:
             raise TypeError(
@@ -210,8 +214,11 @@ class Mode(TorchFunctionMode):
         if crossing:
             self._cross(not non_blocking)
             kwargs["copy"] = True  # a new tensor, as CUDA makes: the source keeps its place
+            r.syncs.staged += non_blocking and here is None and r.pinned.index(tensor) is None
         out = _TO(tensor, "cpu", *rest, non_blocking=non_blocking, **kwargs)
         self._mark(out, there)
+        if crossing and non_blocking and there is None:
+            r.pinned.add(out)  # _to_copy pins a non-blocking copy's host memory (pin_out)
         return out
 
     def _check(self, device) -> int:
