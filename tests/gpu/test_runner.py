@@ -629,6 +629,10 @@ def test_the_plan_and_the_budget(tmp_path):
     left_out = {k: v[3] for k, v in plan("--no-grading", "--rehearse").items() if v[1] != "planned"}
     no_grading, no_gpu = "not run: not asked for (--no-grading)", "not run: no GPU: a CPU rehearsal"
     assert left_out == {**dict.fromkeys(grading, no_grading), "gpu tests": no_gpu}
+    left_out = {k: v[3] for k, v in plan("--no-lessons").items() if v[1] != "planned"}
+    assert left_out == dict.fromkeys(
+        (f"lesson {n}" for n in names), "not run: not asked for (--no-lessons)"
+    )
 
     args = run.parser().parse_args(["--budget", "1100"])
     record = _run(started=time.time() - 1000, budget=1100)

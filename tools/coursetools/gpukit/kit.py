@@ -140,6 +140,9 @@ def make_kit(dest: Path, have: Path, python_version: str | None, platform: str |
     return kit
 
 
+FIRST = "09_make_it_fast 01_verify_gpu 02_tensors_on_device"  # the first run's lessons
+
+
 def kit_message(dest: Path, kit: dict) -> str:
     size, wheels, left = kit["size_mib"], len(kit["wheels"]), len(kit["left_out"])
     over = f"\nIT IS OVER {KIT_LIMIT_MIB} MiB: leave out what the machine has"
@@ -147,7 +150,9 @@ def kit_message(dest: Path, kit: dict) -> str:
     return (
         f"The GPU kit: {dest} ({size} MiB: the project and {wheels} wheels; {left} left out, the "
         f"machine has them){over if size > KIT_LIMIT_MIB else ''}\nCopy it to the GPU machine, "
-        f"then run there, in one command (docs/gpu-runner.md):\n    sh {dest.name}/{SCRIPT} "
-        f"gpu-run --budget 540 09_make_it_fast 01_verify_gpu 02_tensors_on_device\nThe report "
-        f"(gpu-report.md, .json) lands in {dest.name}/gpu-run/: bring that folder back."
+        f"then run there, two jobs of under 10 minutes (docs/gpu-runner.md):\n"
+        f"    sh {dest.name}/{SCRIPT} gpu-run --budget 540 --no-grading {FIRST}\n"
+        f"    sh {dest.name}/{SCRIPT} gpu-run-grading --budget 540 --no-lessons {FIRST}\n"
+        f"The reports (gpu-report.md, .json) land in {dest.name}/gpu-run/ and "
+        f"{dest.name}/gpu-run-grading/: bring those folders back."
     )
