@@ -59,7 +59,7 @@ def _cells() -> dict[str, str]:
         "decode_only": ck.code_cell(LESSON, "def decode_only("),
         "decoded_at_source": ck.code_cell(LESSON, "def decoded_at_source("),
         "gaps": ck.code_cell(LESSON, "decode_gaps = {"),
-        "print": ck.code_cell(LESSON, "jpeg_fancy_upsampling={fancy}:\", "),
+        "print": ck.code_cell(LESSON, 'jpeg_fancy_upsampling={fancy}:", '),
         "observe": source[observe],
         "observe_tags": tags[observe],
     }
