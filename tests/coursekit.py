@@ -17,14 +17,21 @@ from pathlib import Path
 
 import nbformat
 import tomllib
+from coursetools import course as model
 from coursetools import notebooks as make_notebooks
+from coursetools.course import (  # noqa: F401 (the course's model, for every test)
+    CHECKED,
+    ROOT,
+    answer_of,
+    lessons,
+    solution_path,
+    student_path,
+)
+from coursetools.course import cells_of as nbgrader_cells
 from coursetools.grading.cells import PUT_BACK
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
-
 FIXTURES = ROOT / "tests" / "fixtures"
-CHECKED = make_notebooks.CHECKED  # the tag of cells whose outputs nbval compares
 # autograded in tests/grading/test_classroom.py, so test_autograde leaves it out
 CLASSROOM_LESSON = "01_verify_gpu"
 # A DeprecationWarning or FutureWarning raised in a graded notebook's cell (or in gpucourse), as
@@ -34,20 +41,6 @@ CELL_WARNING = re.compile(
 )
 # PYTHONWARNINGS while grading: show them all
 WARNINGS_ON = "default::DeprecationWarning,default::FutureWarning"
-
-
-def lessons() -> list[str]:
-    """Lesson folders, found from solutions/: a new lesson needs no test change."""
-    return make_notebooks.lessons()
-
-
-def solution_path(lesson: str) -> Path:
-    (path,) = sorted((ROOT / "solutions" / lesson).glob("*.ipynb"))
-    return path
-
-
-def student_path(lesson: str) -> Path:
-    return ROOT / "notebooks" / lesson / solution_path(lesson).name
 
 
 def read(path: Path):
@@ -66,44 +59,11 @@ def repository_url() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 
 
-def nbgrader_cells(nb, kind: str) -> list:
-    """Cells of one kind: "answer" (autograded code), "test", "written" (graded by hand),
-    "read-only" (locked, neither answer nor test: a referee's code or the lesson's text)."""
-    out = []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if (
-            kind == "answer"
-            and meta.get("solution")
-            and not meta.get("grade")
-            and cell.cell_type == "code"
-        ):
-            out.append(cell)
-        elif kind == "test" and meta.get("grade") and not meta.get("solution"):
-            out.append(cell)
-        elif kind == "written" and meta.get("grade") and meta.get("solution"):
-            out.append(cell)
-        elif kind == "read-only" and meta.get("locked") and not meta.get("grade"):
-            if not meta.get("solution"):
-                out.append(cell)
-    return out
-
-
-def answer_of(test_id: str, answer_ids: list[str]) -> str | None:
-    """The answer cell a test cell grades: test ids are `test_<answer id>` (optionally `_more`)."""
-    matches = [a for a in answer_ids if test_id == f"test_{a}" or test_id.startswith(f"test_{a}_")]
-    return max(matches, key=len) if matches else None
-
-
 def locked_ids(lesson: str) -> set[str]:
     """Grade ids of the lesson's read-only cells that are neither answers nor tests (a referee's
     code)."""
-    found = set()
-    for cell in read(solution_path(lesson)).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("locked") and not meta.get("grade") and not meta.get("solution"):
-            found.add(meta["grade_id"])
-    return found
+    cells = nbgrader_cells(read(solution_path(lesson)), "read-only")
+    return {model.grade_id(cell) for cell in cells}
 
 
 @dataclass
@@ -161,17 +121,9 @@ def submission_from(student_nb, answers: dict[str, str]):
 
 def solution_answers(lesson: str) -> dict[str, str]:
     """The solution's source of every answer cell, with nbgrader's markers removed."""
-    out = {}
-    for cell in nbgrader_cells(read(solution_path(lesson)), "answer") + nbgrader_cells(
-        read(solution_path(lesson)), "written"
-    ):
-        lines = [
-            line
-            for line in cell.source.splitlines()
-            if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
-        ]
-        out[cell.metadata.nbgrader.grade_id] = "\n".join(lines)
-    return out
+    nb = read(solution_path(lesson))
+    cells = nbgrader_cells(nb, "answer") + nbgrader_cells(nb, "written")
+    return {model.grade_id(cell): model.without_markers(cell.source) for cell in cells}
 
 
 def autograde_problems(

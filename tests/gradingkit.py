@@ -17,6 +17,7 @@ from pathlib import Path
 
 import coursekit as ck
 import nbformat
+from coursetools.course import hidden_lines
 from coursetools.grading import report
 from coursetools.grading.cells import grade_id
 from coursetools.grading.rows import GRADED, first_line
@@ -111,13 +112,8 @@ def _hidden_lines(lesson: str) -> list[str]:
     and not part of what the released notebook shows anyway (a visible test may hold the same
     `"tf32": False,`)."""
     released = "\n".join(cell.source for cell in ck.read(ck.student_path(lesson)).cells)
-    hidden = []
-    for cell in ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "test"):
-        inside = False
-        for line in cell.source.splitlines():
-            inside = (inside or "BEGIN HIDDEN TESTS" in line) and "END HIDDEN TESTS" not in line
-            if inside and "HIDDEN TESTS" not in line:
-                hidden.append(line.strip())
+    tests = ck.nbgrader_cells(ck.read(ck.solution_path(lesson)), "test")
+    hidden = [line.strip() for cell in tests for line in hidden_lines(cell.source)]
     return [line for line in hidden if len(line) >= 10 and line not in released]
 
 

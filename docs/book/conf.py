@@ -1,9 +1,9 @@
-"""Sphinx configuration of the reading edition (`make book`, tools/coursetools/book.py).
+"""Sphinx configuration of the reading edition (`make book`, tools/coursetools/book/).
 
 Jupyter Book 1's stack, used directly: Sphinx, MyST-NB (notebooks with their stored outputs, never
 executed here) and the Sphinx Book Theme, all from PyPI, so the site builds without any other
-network. The lesson pages are the executed lessons that `make test` keeps; book.py writes them and
-the home page into a staging folder beside this file's copy.
+network. The lesson pages are the executed lessons `make test` keeps; coursetools.book writes them
+and the home page into a staging folder beside this file's copy.
 """
 
 project = "GPUs for Machine Learning"

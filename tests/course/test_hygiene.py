@@ -11,6 +11,16 @@ from pathlib import Path
 import coursekit as ck
 import nbformat
 import pytest
+from coursetools.course import (
+    DELIMITERS,
+    DEMO,
+    GPU_CHECK,
+    has_hidden_tests,
+    kind,
+    learner_view,
+    markers,
+    tags,
+)
 
 LESSONS = ck.lessons()
 README = (ck.ROOT / "README.md").read_text()
@@ -51,13 +61,13 @@ def test_student_notebook_is_clean(lesson):
             assert not cell.outputs and cell.execution_count is None, (
                 f"{lesson}: student notebooks carry no outputs"
             )
-        assert "BEGIN SOLUTION" not in cell.source and "BEGIN HIDDEN TESTS" not in cell.source
+        assert not markers(cell.source), f"{lesson}: nbgrader's markers in a student notebook"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_solution_keeps_only_checked_outputs(lesson):
     for cell in ck.read(ck.solution_path(lesson)).cells:
-        if cell.cell_type == "code" and ck.CHECKED not in cell.metadata.get("tags", []):
+        if cell.cell_type == "code" and ck.CHECKED not in tags(cell):
             assert not cell.outputs, (
                 f"{lesson}: only cells tagged {ck.CHECKED} keep outputs in solutions/"
             )
@@ -108,22 +118,22 @@ def test_exercises_follow_the_conventions(lesson):
     for cell in tests + written:
         assert cell.metadata.nbgrader.get("points", 0) > 0
     for cell in tests:
-        assert "### BEGIN HIDDEN TESTS" in cell.source, (
+        assert has_hidden_tests(cell.source), (
             f"{cell.metadata.nbgrader.grade_id} needs hidden tests"
         )
-        # what the student notebook shows, wherever the hidden block sits
-        visible = re.sub(
-            r"### BEGIN HIDDEN TESTS.*?(### END HIDDEN TESTS|$)", "", cell.source, flags=re.S
-        )
-        assert "assert" in visible, "learners get visible tests too"
+        assert "assert" in learner_view(cell), "learners get visible tests too"
 
 
-DEMO, GPU_CHECK = "demo", "gpu-check"  # cell tags the grader skips: a demo, a GPU claim's check
+def test_the_course_reads_nbgraders_markers_as_nbgrader_does():
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+
+    solution, hidden = ClearSolutions(), ClearHiddenTests()
+    ours = [solution.begin_solution_delimeter, solution.end_solution_delimeter]
+    ours += [hidden.begin_test_delimeter, hidden.end_test_delimeter]
+    assert ours == [d for pair in DELIMITERS.values() for d in pair]
+
+
 LINE_LIMIT, MEDIAN_LINES, PARAGRAPH_WORDS = 100, 6, 130
-
-
-def _tags(cell) -> list[str]:
-    return cell.metadata.get("tags", [])
 
 
 def _teaching_cells(nb) -> list:
@@ -132,17 +142,8 @@ def _teaching_cells(nb) -> list:
     return [
         c
         for c in nb.cells
-        if c.cell_type == "code" and id(c) not in tests and GPU_CHECK not in _tags(c)
+        if c.cell_type == "code" and id(c) not in tests and GPU_CHECK not in tags(c)
     ]
-
-
-def _as_learners_see(cell) -> str:
-    return re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION\n?", "", cell.source, flags=re.S)
-
-
-def _is_referee(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return bool(meta.get("locked")) and not meta.get("grade") and not meta.get("solution")
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -159,9 +160,9 @@ def test_cells_are_short(lesson):
     long = [
         c.source.splitlines()[0]
         for c in cells
-        if len(_as_learners_see(c).splitlines()) > 25
+        if len(learner_view(c).splitlines()) > 25
         and not c.source.startswith("%%writefile")
-        and not _is_referee(c)
+        and kind(c) != "read-only"
     ]
     assert not long, (
         f"cells over 25 lines (split them, or write the script with %%writefile): {long}"
@@ -189,17 +190,17 @@ def test_plumbing_stays_out_of_the_lesson_code(lesson):
     for i, cell in enumerate(ck.read(ck.student_path(lesson)).cells):
         if cell.cell_type != "code":
             continue
-        tags = _tags(cell)
-        if "is_grading" in cell.source and not {DEMO, GPU_CHECK} & set(tags):
+        tagged = set(tags(cell))
+        if "is_grading" in cell.source and not {DEMO, GPU_CHECK} & tagged:
             found.append(f"cell {i}: is_grading() in a cell without the {DEMO!r} tag")
-        if re.search(r"\b(claim|needs)\(", cell.source) and GPU_CHECK not in tags:
+        if re.search(r"\b(claim|needs)\(", cell.source) and GPU_CHECK not in tagged:
             found.append(f"cell {i}: a GPU claim outside a {GPU_CHECK!r} cell")
     assert not found, f"{lesson}:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_gpu_checks_are_collapsed_in_jupyterlab_and_colab(lesson):
-    checks = [c for c in ck.read(ck.student_path(lesson)).cells if GPU_CHECK in _tags(c)]
+    checks = [c for c in ck.read(ck.student_path(lesson)).cells if GPU_CHECK in tags(c)]
     for cell in checks:
         first = cell.source.splitlines()[0] if cell.source else ""
         where = f"{lesson}: the GPU check {first!r}"

@@ -18,11 +18,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from coursetools.course import ROOT
 from coursetools.gpukit import kit
 from coursetools.gpurun import preflight, wheels
 from coursetools.pins import package_name
 
-ROOT = Path(__file__).resolve().parents[2]
 # The first GPU machine's `pip freeze`: Python 3.12, torch 2.11.0+cu130, no Jupyter, no grader.
 GPU_MACHINE = ROOT / "tests" / "fixtures" / "gpu-machine" / "packages.txt"
 OFFLINE = {

@@ -18,10 +18,11 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from coursetools.course import ROOT, solution_path
+from coursetools.course import lessons as all_lessons
 from coursetools.gpurun import catalogue, gpustate, preflight, render, report, run, steps
 from coursetools.grading import cells, sandbox
 
-ROOT = Path(__file__).resolve().parents[2]
 GPURUN = [sys.executable, "-m", "coursetools.gpurun", "--artifacts"]
 no_driver = pytest.mark.skipif(
     preflight.nvml_gpus()[0] is not None, reason="this machine has an NVIDIA driver"
@@ -212,7 +213,7 @@ def test_cell_parts_and_the_claims_catalogue(tmp_path):
     ran, missing = catalogue.match(found, recorded)
     assert [e["text"] for e in missing] == ["a literal", "tf.data is fast"]
     assert len(ran) == 2 and catalogue.part_of(found, "tf.data is fast") == "TensorFlow"
-    every = [e for nb in ROOT.glob("solutions/*/*.ipynb") for e in catalogue.lesson_claims(nb)]
+    every = [e for name in all_lessons() for e in catalogue.lesson_claims(solution_path(name))]
     assert len(every) >= 20, "the lessons' claims are found"
 
 
@@ -703,9 +704,7 @@ def test_main_wires_the_steps_reruns_and_the_report(tmp_path, monkeypatch):
     assert recorded["steps"][0]["estimate"] == 1.0, "the last run's time is the estimate"
     built = json.loads((tmp_path / "gpu-report.json").read_text())
     assert built["status"] == "partial" and len(built["skipped"]) == 3, built["skipped"]
-    others = sorted(
-        p.parent.name for p in ROOT.glob("solutions/*/*.ipynb") if lessons[0] not in str(p)
-    )
+    others = [name for name in all_lessons() if name != lessons[0]]
     said = f"{len(others)} of {len(others) + 1} lessons not run (not asked for): "
     assert built["skipped"][0] == said + ", ".join(others), "a subset is never PASSED"
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import coursekit as ck
 import pytest
-from coursetools.grading.execute import SKIPPED_TAGS, skipped
+from coursetools.course import SKIPPED_TAGS
+from coursetools.grading.execute import skipped
 from coursetools.grading.rows import SPEEDUP_CELL, class_rows
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 

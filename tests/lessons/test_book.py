@@ -33,6 +33,7 @@ import nbformat
 import pytest
 from browserkit import chromium_page, screenshot, why_no_browser
 from coursetools import book, executed
+from coursetools.course import HIDDEN, marked_lines
 
 PAGES = ("01_verify_gpu", "02_tensors_on_device")
 ARTIFACTS = ck.ROOT / "test-artifacts"
@@ -231,14 +232,10 @@ def hidden_test_lines(lesson: str) -> list[str]:
     """The hidden tests' lines a reader could recognise: long enough to be specific, and nowhere
     else in the lesson."""
     cells = ck.read(ck.solution_path(lesson)).cells
-    elsewhere = "\n".join(book.HIDDEN_TESTS.sub("", cell.source) for cell in cells)
-    lines = []
-    for cell in cells:
-        for block in re.findall(
-            r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S
-        ):
-            lines += [line.strip() for line in block.splitlines() if len(line.strip()) >= 24]
-    return [line for line in lines if line not in elsewhere]
+    marked = [line for cell in cells for line in marked_lines(cell.source)]
+    elsewhere = "\n".join(line.text for line in marked if line.region != HIDDEN)
+    hidden = [line.text.strip() for line in marked if line.region == HIDDEN and not line.marker]
+    return [line for line in hidden if len(line) >= 24 and line not in elsewhere]
 
 
 def visible_text(page_html: str) -> str:

@@ -34,9 +34,8 @@ from pathlib import Path
 
 import tomllib
 
-from coursetools import notebooks as make_notebooks
-
-ROOT = Path(__file__).resolve().parents[2]
+from coursetools.course import ROOT, solution_path
+from coursetools.course import lessons as all_lessons
 
 REQUIREMENTS = ROOT / "colab" / "requirements.txt"
 CONSTRAINTS = ROOT / "colab" / "constraints.txt"
@@ -154,9 +153,9 @@ def setup_cells() -> dict[str, list[str]]:
     import nbformat
 
     found: dict[str, list[str]] = {}
-    for lesson in make_notebooks.lessons():
-        (path,) = sorted((ROOT / "solutions" / lesson).glob("*.ipynb"))
-        cell = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    for lesson in all_lessons():
+        cells = nbformat.read(solution_path(lesson), as_version=4).cells
+        cell = next(c for c in cells if c.cell_type == "code")
         found.setdefault(cell.source, []).append(lesson)
     return found
 

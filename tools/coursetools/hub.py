@@ -37,7 +37,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from coursetools.course import ROOT
+
 HUB = ROOT / "hub"
 PROXY = HUB / "node_modules" / ".bin" / "configurable-http-proxy"
 VENV_BIN = Path(sys.executable).parent  # not resolved: the .venv's bin, not its base Python's

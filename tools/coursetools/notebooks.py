@@ -28,12 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CHECKED = "nbval-check-output"
-
-
-def lessons(root: Path = ROOT) -> list[str]:
-    return sorted(p.parent.name for p in (root / "solutions").glob("*/*.ipynb"))
+from coursetools.course import CHECKED, ROOT, lessons, solution_path, tags
 
 
 def copy_course(target: Path, root: Path = ROOT) -> Path:
@@ -145,7 +140,7 @@ def refresh_checked(notebook: Path) -> int:
     for cell, ran in zip(nb.cells, executed.cells, strict=True):
         if cell.cell_type != "code":
             continue
-        checked = CHECKED in cell.metadata.get("tags", [])
+        checked = CHECKED in tags(cell)
         cell.outputs = ran.outputs if checked else []
         # nbval refuses a reference cell with outputs but no execution count.
         cell.execution_count = ran.execution_count if checked else None
@@ -163,12 +158,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     chosen = args.lessons or lessons()
     if args.refresh_checked:
-        for lesson in chosen:
-            for notebook in sorted((ROOT / "solutions" / lesson).glob("*.ipynb")):
-                print(
-                    f"{notebook.relative_to(ROOT)}: {refresh_checked(notebook)} checked cell(s) "
-                    "refreshed"
-                )
+        for notebook in map(solution_path, chosen):
+            print(
+                f"{notebook.relative_to(ROOT)}: {refresh_checked(notebook)} checked cell(s) "
+                "refreshed"
+            )
     with tempfile.TemporaryDirectory(prefix="gpucourse-generate-") as scratch:
         course = copy_course(Path(scratch))
         generate(course, chosen)

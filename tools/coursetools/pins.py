@@ -24,12 +24,13 @@ import re
 import sys
 from pathlib import Path
 
+from coursetools.course import ROOT
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
     from pip._vendor import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
 PYTHON_VERSION = "3.11"  # a version (the environments' Python), never an interpreter
 # Left out on Binder: DALI's wheel is a CUDA build (Binder runs on CPU only; the lessons skip DALI
 # cleanly when it is missing), and JupyterHub (`make hub`'s): Binder's own hub starts each server,

@@ -17,7 +17,6 @@ Book 2). Usage: `python -m coursetools.book [--out DIR] [--executed DIR ...] [LE
 """
 
 from coursetools.book.pages import (  # noqa: F401
-    HIDDEN_TESTS,
     WIDGET_MIME,
     BookError,
     leaks,

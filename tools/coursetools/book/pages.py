@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
 import nbformat
 
+from coursetools.course import ROOT, has_hidden_tests, learner_view, markers, without_markers
 from coursetools.executed import RUN_KEY
 
-ROOT = Path(__file__).resolve().parents[3]
 EXECUTED = [ROOT / "test-artifacts" / "executed-gpu", ROOT / "test-artifacts" / "executed"]
 OUT = ROOT / "test-artifacts" / "book"
 BOOK_DOCS = ROOT / "docs" / "book"
 
-HIDDEN_TESTS = re.compile(
-    r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*(\n|$)",
-    re.M | re.S,
-)
-MARKER_LINE = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[^\n]*(\n|$)", re.M)
-SOLUTION_BLOCK = re.compile(
-    r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*(\n|$)", re.M | re.S
-)
 # Images from other hosts (the Colab and Binder badges): the site fetches nothing from outside,
 # so they become plain links.
 BADGE = re.compile(r"\[!\[([^\]]*)\]\((https?://[^)]+)\)\]\(([^)]+)\)")
@@ -35,42 +26,22 @@ class BookError(RuntimeError):
     """Something the person running `make book` has to fix; the message says what."""
 
 
-def lessons(root: Path = ROOT) -> list[str]:
-    return sorted(p.parent.name for p in (root / "solutions").glob("*/*.ipynb"))
-
-
-def solution_path(lesson: str, root: Path = ROOT) -> Path:
-    (path,) = sorted((root / "solutions" / lesson).glob("*.ipynb"))
-    return path
-
-
 # ---------------------------------------------------------------- cells
 
 
-def strip_hidden_tests(source: str) -> str:
+def visible_tests(cell) -> str:
     """A test cell as the learner sees it: without its hidden tests, nor their markers."""
-    return MARKER_LINE.sub("", HIDDEN_TESTS.sub("", source)).rstrip() + "\n"
+    return without_markers(learner_view(cell)).rstrip()
 
 
 def strip_markers(source: str) -> str:
     """The model answer without nbgrader's `### BEGIN/END SOLUTION` lines."""
-    return MARKER_LINE.sub("", source).rstrip()
+    return without_markers(source).rstrip()
 
 
-def learner_stub(source: str, cell_type: str) -> str:
-    """What nbgrader leaves the learner where the student notebook does not say: its stubs."""
-    if cell_type == "markdown":
-        return (
-            SOLUTION_BLOCK.sub("YOUR ANSWER HERE\n", source).rstrip()
-            if "###" in source
-            else ("YOUR ANSWER HERE")
-        )
-
-    def stub(match: re.Match) -> str:
-        indent = match.group(1)
-        return f"{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError()\n"
-
-    return SOLUTION_BLOCK.sub(stub, source).rstrip()
+def learner_stub(cell) -> str:
+    """What nbgrader leaves the learner where the student notebook does not say: its stub."""
+    return learner_view(cell).rstrip()
 
 
 def local_images(markdown: str) -> str:
@@ -90,9 +61,9 @@ def plain_outputs(outputs: list) -> list:
             if not out.data:
                 continue
             if isinstance(out.data.get("text/plain"), str):
-                out.data["text/plain"] = MARKER_LINE.sub("", out.data["text/plain"])
+                out.data["text/plain"] = without_markers(out.data["text/plain"])
         if out.get("output_type") == "stream":
-            out.text = MARKER_LINE.sub("", out.text)
+            out.text = without_markers(out.text)
         kept.append(out)
     return kept
 
@@ -166,7 +137,7 @@ def lesson_page(executed, student_nb=None) -> nbformat.NotebookNode:
         grade_id = grading.get("grade_id")
         if cell.cell_type == "markdown":
             if grading.get("solution"):
-                mine = learner.get(grade_id) or learner_stub(cell.source, "markdown")
+                mine = learner.get(grade_id) or learner_stub(cell)
                 cells.append(_md(f"::::{{admonition}} Your answer\n{local_images(mine)}\n::::"))
                 answer = local_images(strip_markers(cell.source))
                 cells.append(_md(f"::::{{dropdown}} Show a solution\n{answer}\n::::"))
@@ -182,7 +153,7 @@ def lesson_page(executed, student_nb=None) -> nbformat.NotebookNode:
             # the check's one-line result; its code stays in the notebook
             cells.append(_code(cell.source, outputs, tags=["remove-input", "gpu-check"]))
         elif grading.get("solution"):
-            mine = learner.get(grade_id) or learner_stub(cell.source, "code")
+            mine = learner.get(grade_id) or learner_stub(cell)
             cells.append(_code(strip_markers(mine)))
             prompts = {
                 "code_prompt_show": "Show a solution",
@@ -191,8 +162,8 @@ def lesson_page(executed, student_nb=None) -> nbformat.NotebookNode:
             cells.append(
                 _code(strip_markers(cell.source), outputs, tags=["hide-input"], mystnb=prompts)
             )
-        elif grading.get("grade") or "### BEGIN HIDDEN TESTS" in cell.source:
-            visible = strip_hidden_tests(cell.source).rstrip()
+        elif grading.get("grade") or has_hidden_tests(cell.source):
+            visible = visible_tests(cell)
             if visible:
                 cells.append(_code(visible, outputs))
         else:
@@ -202,7 +173,7 @@ def lesson_page(executed, student_nb=None) -> nbformat.NotebookNode:
 
 def leaks(text: str) -> list[str]:
     """Lines of a page that must never be there: nbgrader markers."""
-    return [line.strip() for line in text.splitlines() if re.search(r"### (BEGIN|END) ", line)]
+    return markers(text)
 
 
 # ---------------------------------------------------------------- the site

@@ -12,18 +12,16 @@ from pathlib import Path
 
 import nbformat
 
-from coursetools.book.pages import (  # noqa: F401
+from coursetools.book.pages import (
     BOOK_DOCS,
     EXECUTED,
     OUT,
-    ROOT,
     BookError,
     leaks,
     lesson_page,
     lesson_title,
-    lessons,
-    solution_path,
 )
+from coursetools.course import ROOT, lessons, solution_path, student_path
 from coursetools.executed import RUN_KEY, source_digest
 
 
@@ -109,7 +107,7 @@ def stage(root: Path, src: Path, chosen: list[str], dirs: list[Path], strict: bo
         run = executed.metadata.get(RUN_KEY) or {}
         if run.get("source_digest") and run["source_digest"] != source_digest(source):
             stale.append(f"{lesson} ({path})")
-        student = root / "notebooks" / lesson / solution_path(lesson, root).name
+        student = student_path(lesson, root)
         student_nb = nbformat.read(student, as_version=4) if student.exists() else None
         page = lesson_page(executed, student_nb)
         nbformat.write(page, src / "lessons" / f"{lesson}.ipynb")

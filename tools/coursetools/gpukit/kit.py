@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..gpurun.steps import ROOT
+from ..course import ROOT
 from ..gpurun.wheels import NO_DEPS, SUITE, pinned
 from ..pins import package_name
 

@@ -10,8 +10,9 @@ import ast
 import re
 from pathlib import Path
 
+from ..course import code_cells
 from ..text import cell_python
-from .steps import cell_parts, code_cells
+from .steps import cell_parts
 
 CLAIM_CALL = re.compile(r"(.+\.)?claims\.claim|claim")  # claims.claim(, gpucourse.claims.claim(
 

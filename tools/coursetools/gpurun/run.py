@@ -27,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..course import ROOT, lessons, solution_path
 from . import gpustate, preflight, steps
 from .catalogue import lesson_claims
 from .render import render_markdown
@@ -45,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     add("lessons", nargs="*", help="lessons to run, most valuable first (default: every one)")
     add("--preflight", action="store_true", help="only the quick check (standard library only)")
     add("--rehearse", action="store_true", help="a CPU rehearsal: no strict mode, no GPU needed")
-    add("--artifacts", type=Path, default=steps.ROOT / "test-artifacts", help="the report's folder")
+    add("--artifacts", type=Path, default=ROOT / "test-artifacts", help="the report's folder")
     add("--budget", type=float, help="seconds for the whole run; what cannot fit is left out")
     add("--report-only", type=Path, metavar="DIR", help="rebuild the report from what DIR holds")
     add("--timeout", type=float, default=1800, help="seconds per step at most")
@@ -70,7 +71,7 @@ def plan(notebooks: list[Path], args, before: dict[str, float]) -> list[dict]:
         "grading": args.no_grading and "not run: not asked for (--no-grading)",
         "gpu tests": "not run: no GPU: a CPU rehearsal" if args.rehearse else no_gpu_tests,
     }
-    lessons = {nb.parent.name: str(nb.relative_to(steps.ROOT)) for nb in notebooks}
+    lessons = {nb.parent.name: str(nb.relative_to(ROOT)) for nb in notebooks}
     found = [("lesson", f"lesson {name}", name) for name in lessons]
     found += [("grading", "grading the small assignment", None)]
     found += [("grading", f"grading {name}", name) for name in lessons]
@@ -166,9 +167,9 @@ def load(run: dict, artifacts: Path) -> dict:
             step["cases"] = steps.parse_junit(artifacts / step["junit"])
         if step.get("claims"):
             step["claims"] = steps.read_claims(artifacts / step["claims"])
-        if step.get("notebook") and (steps.ROOT / step["notebook"]).exists():
-            step["code"] = "\n".join(steps.code_cells(steps.ROOT / step["notebook"]))
-            step["parts"] = steps.cell_parts(steps.ROOT / step["notebook"])
+        if step.get("notebook") and (ROOT / step["notebook"]).exists():
+            step["code"] = "\n".join(steps.code_cells(ROOT / step["notebook"]))
+            step["parts"] = steps.cell_parts(ROOT / step["notebook"])
         loaded.append(step)
     return {**run, "steps": loaded}
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.preflight:
         return 0
     started = time.time()
-    every = {nb.parent.name: nb for nb in sorted((steps.ROOT / "solutions").glob("*/*.ipynb"))}
+    every = {lesson: solution_path(lesson) for lesson in lessons()}
     unknown = sorted(set(args.lessons) - set(every))
     if unknown:
         raise SystemExit(f"unknown lesson(s): {', '.join(unknown)}")

@@ -18,9 +18,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ..course import ROOT, code_cells
 from ..text import strip_ansi
 
-ROOT = Path(__file__).resolve().parents[3]
 REQUIRE_GPU_VAR, CLAIMS_VAR = "GPUCOURSE_REQUIRE_GPU", "GPUCOURSE_CLAIMS"
 DEFER_VAR, REHEARSAL_VAR = "GPUCOURSE_CLAIMS_DEFER", "GPUCOURSE_REHEARSAL"
 CUDA_TESTS = "tests/gpu/test_on_cuda.py"
@@ -39,11 +39,6 @@ def child_env(rehearsal: bool = False) -> dict:
     env.update({REHEARSAL_VAR: "1"} if rehearsal else {REQUIRE_GPU_VAR: "1"})
     paths = (str(ROOT / "utils"), str(ROOT / "tools"), env.get("PYTHONPATH"))
     return {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-def code_cells(path: Path) -> list[str]:
-    cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
-    return ["".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"]
 
 
 def cell_parts(path: Path) -> list[str]:

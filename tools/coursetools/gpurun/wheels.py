@@ -18,9 +18,9 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from ..course import ROOT
 from ..pins import course_pins, package_name
 from .preflight import managed_problem
-from .steps import ROOT
 
 LESSONS = ("numpy", "pillow", "matplotlib", "tqdm", "nvidia-ml-py")
 RUNNER = ("pytest", "nbval", "ipykernel", "nbformat", "nbclient")

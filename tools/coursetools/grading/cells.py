@@ -19,14 +19,18 @@ from nbgrader.preprocessors import OverwriteCells
 from nbgrader.preprocessors import SaveAutoGrades as _SaveAutoGrades
 from traitlets import Bool
 
+from coursetools.course import (
+    HIDDEN,
+    grade_id,
+    has_hidden_tests,
+    kind,
+    marked_lines,
+    nbgrader_meta,
+)
 from coursetools.text import strip_ansi
 
 # The errors the grader writes into a cell: it timed out, it killed the kernel, it was not run.
 TIMEOUT, DIED, NOT_RUN = "CellTimeoutError", "KernelDied", "NotRun"
-
-
-def grade_id(cell) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
 def stderr_kept_visible(cell):
@@ -38,7 +42,7 @@ def stderr_kept_visible(cell):
     output keeps its outputs.
     """
     outputs = cell.get("outputs", []) if cell.get("cell_type") == "code" else []
-    graded = cell.get("metadata", {}).get("nbgrader", {}).get("grade")
+    graded = nbgrader_meta(cell).get("grade")
     if graded and not any(o.get("output_type") == "error" for o in outputs):
         for output in outputs:
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
@@ -196,24 +200,19 @@ class HideHiddenTests(Preprocessor):
     enabled = Bool(
         True, help="False: the feedback shows the hidden tests' code, as nbgrader's own does."
     ).tag(config=True)
-    begin, end = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
     note = "### hidden tests: not shown in the feedback"
 
     def preprocess_cell(self, cell, resources, index):
-        meta = cell.metadata.get("nbgrader", {})
-        test = cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
-        if not test or self.begin not in cell.source:
+        test = cell.cell_type == "code" and kind(cell) == "test"
+        if not test or not has_hidden_tests(cell.source):
             return cell, resources
-        shown, hidden, inside = [], set(), False
-        for line in cell.source.splitlines():
-            if self.begin in line or self.end in line:
-                inside = self.begin in line
-                shown += [self.note] if inside else []
-                hidden.add(line.strip())
-            elif inside:
-                hidden.add(line.strip())
+        shown, hidden = [], set()
+        for line in marked_lines(cell.source):
+            if line.region == HIDDEN:  # a marker, or a line of hidden code
+                shown += [self.note] if line.marker == "begin" else []
+                hidden.add(line.text.strip())
             else:
-                shown.append(line)
+                shown.append(line.text)
         cell.source = "\n".join(shown)
         hidden.discard("")
         for output in cell.get("outputs", []):

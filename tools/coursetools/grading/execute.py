@@ -13,6 +13,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
+from coursetools.course import grade_id
+from coursetools.course import skipped_by_grader as skipped  # the demo and gpu-check cells
 from coursetools.grading.cells import DIED, NOT_RUN, TIMEOUT, stderr_kept_visible
 from coursetools.grading.sandbox import (
     WHY,
@@ -22,11 +24,6 @@ from coursetools.grading.sandbox import (
     sandbox_problem,
 )
 
-# A code cell tagged so is not run by the grader (its outputs are cleared); nbval and a learner's
-# Run All run it. "demo": a demo-only cell; "gpu-check": a short cell holding a claim about a
-# measurement (never graded).
-SKIPPED_TAGS = ("demo", "gpu-check")
-
 
 def error(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(
@@ -35,19 +32,7 @@ def error(ename: str, evalue: str) -> NotebookNode:
 
 
 def cell_name(cell, index: int) -> str:
-    return cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {index}"
-
-
-def skipped(cell) -> bool:
-    """A code cell the grader does not run: tagged ``demo`` or ``gpu-check`` and no nbgrader cell.
-
-    nbgrader's cells (answers, tests, locked cells) always run, whatever their tags: a learner who
-    tags a test cell ``demo`` does not skip its test.
-    """
-    meta = cell.metadata.get("nbgrader", {})
-    nbgrader_cell = meta.get("grade") or meta.get("solution") or meta.get("locked")
-    tags = cell.metadata.get("tags", [])
-    return cell.cell_type == "code" and not nbgrader_cell and any(t in SKIPPED_TAGS for t in tags)
+    return grade_id(cell) or f"cell {index}"
 
 
 class GradingExecute(Execute):
@@ -162,9 +147,9 @@ class GradingExecute(Execute):
 
     async def _async_handle_timeout(self, timeout, cell=None):
         reply = await super()._async_handle_timeout(timeout, cell)
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id") if cell is not None else None
-        if reply and grade_id:  # name the cell, as the feedback and the formgrader show its error
-            why = f"{grade_id} gave no reply within {timeout} s: it was interrupted"
+        name = grade_id(cell) if cell is not None else None
+        if reply and name:  # name the cell, as the feedback and the formgrader show its error
+            why = f"{name} gave no reply within {timeout} s: it was interrupted"
             why += " and grading went on"
             reply["content"].update(evalue=why, traceback=[f"{TIMEOUT}: {why}"])
         return reply
