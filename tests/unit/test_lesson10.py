@@ -2,15 +2,22 @@
 
 RAPIDS needs a CUDA GPU even to import, so the lesson's own cells (compiled from the solution
 notebook by their nbgrader grade_id, or a GPU check by its title) run here against stand-ins: a
-fake `cudf.pandas` / `cuml.accel` whose `install()` is recorded, profilers shaped as cuDF's
+fake `cudf.pandas` / `cuml.accel` whose `install()` is recorded (or, for cudf.pandas, does what
+cuDF's installer does to the pandas Colab loads at start-up: moves it aside and serves `import
+pandas` a module that prints as cuDF's proxy does), profilers shaped as cuDF's
 `Profiler.per_function_stats` (name -> {"gpu": [seconds], "cpu": [seconds]}) and cuML's
 `ProfileResults.method_calls` (name -> MethodStats with gpu_calls, cpu_calls, fallback_reasons),
-and a device that claims to be CUDA so that the GPU checks judge instead of explaining.
+and a device that claims to be CUDA so that the GPU checks judge instead of explaining. Exercise
+4's referee, which counts the calls of pandas' row-by-row functions, runs on the fixtures' answers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
 import json
+import statistics
 import sys
 import types
 from collections import defaultdict
@@ -45,6 +52,12 @@ def check(title: str) -> str:
         if c.source.startswith(f"# @title GPU check: {title}")
         and "gpu-check" in c.metadata.get("tags", [])
     ]
+    return found
+
+
+def code(start: str) -> str:
+    """A code cell of the lesson by the start of its source."""
+    (found,) = [c.source for c in cells() if c.cell_type == "code" and c.source.startswith(start)]
     return found
 
 
@@ -136,6 +149,115 @@ def test_on_colab_pandas_loaded_at_start_up_is_no_reason_to_stay_off():
         assert "pandas" in sys.modules and "pd" not in ns
         exec("state = start_accelerator('cudf.pandas', gpucourse.choose_device())", ns)
     assert ns["state"] == ns["ON"] and module.installs == 1
+
+
+class FakeModuleAccelerator(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """cuDF's ModuleAccelerator as far as starting it goes (cudf/pandas/module_accelerator.py): a
+    finder first on sys.meta_path that serves `import pandas` a module of its own, with no origin,
+    so that the module prints with the loader's repr, as cuDF's documentation shows."""
+
+    def __init__(self, fast="cudf"):
+        self.fast = fast
+
+    def __repr__(self):
+        return f"ModuleAccelerator(fast={self.fast}, slow=pandas)"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "pandas":
+            return importlib.machinery.ModuleSpec(fullname, self, origin=None)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.DataFrame = sys.modules["_slow_lib_pandas"].DataFrame
+
+
+def fake_cudf_pandas(monkeypatch, fast="cudf") -> types.ModuleType:
+    """A `cudf.pandas` whose install() does what cuDF's does to a pandas already loaded: moves it
+    and its submodules aside (to `_slow_lib_pandas...`) and puts its finder first; every change is
+    undone after the test. fast="pandas" is cuDF's fallback mode: a proxy of pandas itself."""
+    module = types.ModuleType("cudf.pandas")
+
+    def install():
+        import pandas  # noqa: F401 (ModuleAccelerator imports the slow library first)
+
+        for name in [n for n in sys.modules if n == "pandas" or n.startswith("pandas.")]:
+            monkeypatch.setitem(sys.modules, f"_slow_lib_{name}", sys.modules[name])
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setattr(sys, "meta_path", [FakeModuleAccelerator(fast), *sys.meta_path])
+
+    module.install = install
+    return module
+
+
+def start_as_on_colab(monkeypatch, module, capsys, **names) -> dict:
+    """Colab's start-up (pandas loaded, not in the notebook's globals), then the lesson's cells:
+    the start, the imports, which pandas `pd` is, and its GPU check."""
+    with rehearsal.Rehearsal("t4", gaps=("colab-pandas",)):
+        assert "pandas" in sys.modules
+        ns = notebook("accelerators", "which_pandas", **names)
+        held = [
+            k for k, v in ns.items() if isinstance(v, types.ModuleType) and v.__name__ == "pandas"
+        ]
+        assert held == list(names), "only a name the test binds holds pandas"
+        ns["importlib"] = importer({"cudf.pandas": module, "cuml.accel": Installable("cuml.accel")})
+        ns["device"] = gpucourse.choose_device(verbose=False)
+        exec(code("accelerators = {name: start_accelerator"), ns)
+        exec(code("import numpy as np\nimport pandas as pd"), ns)
+        exec(code("pandas_is = which_pandas(pd)"), ns)
+        exec(check("`import pandas` gives cudf.pandas' proxy"), ns)
+    ns["out"] = capsys.readouterr().out
+    return ns
+
+
+def test_on_colab_the_start_installs_and_pd_is_then_the_proxy(monkeypatch, capsys):
+    """Pandas loaded by Colab's start-up is no reason to refuse: cuDF's installer moves it aside,
+    so `import pandas as pd` after the start gives the proxy; the lesson checks and says so."""
+    ns = start_as_on_colab(monkeypatch, fake_cudf_pandas(monkeypatch), capsys)
+    assert repr(ns["pd"]) == "<module 'pandas' (ModuleAccelerator(fast=cudf, slow=pandas))>"
+    assert ns["accelerators"]["cudf.pandas"] == ns["ON"]
+    assert f"`pd` is {ns['PROXY']}" in ns["out"] and "GPU claim PASS" in ns["out"]
+
+
+def test_a_start_that_leaves_pd_plain_is_said_and_turns_cudf_pandas_off(monkeypatch, capsys):
+    """An install() that did not rewire pandas, or cuDF's fallback mode (a proxy whose fast library
+    is pandas itself): `pd` is plain, the lesson says so, runs plain pandas, and the check fails."""
+    for module in (Installable("cudf.pandas"), fake_cudf_pandas(monkeypatch, fast="pandas")):
+        ns = start_as_on_colab(monkeypatch, module, capsys)
+        assert "`pd` is plain pandas" in ns["out"] and "GPU claim FAIL" in ns["out"]
+        assert ns["accelerators"]["cudf.pandas"].startswith("off: cudf.pandas started, but `pd`")
+
+
+def test_a_pd_the_notebook_bound_before_the_start_keeps_cudf_pandas_off(monkeypatch, capsys):
+    """What stays plain is a name bound earlier in the notebook: the start refuses, installs
+    nothing, and the GPU check does not judge an accelerator that never started."""
+    import pandas
+
+    module = Installable("cudf.pandas")
+    ns = start_as_on_colab(monkeypatch, module, capsys, pd=pandas)
+    assert ns["accelerators"]["cudf.pandas"].startswith("off: `pd` is plain pandas")
+    assert module.installs == 0 and "GPU claim" not in ns["out"]
+
+
+@pytest.mark.parametrize(
+    ("torch_cuda", "driver_cuda", "wheel"),
+    [("12.8", None, "cu12"), ("13.0", "12.4", "cu13"), (None, "13.0", "cu13"), (None, None, None)],
+)
+def test_the_pip_line_takes_pytorchs_cuda_major_else_the_drivers(
+    monkeypatch, torch_cuda, driver_cuda, wheel
+):
+    monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+    asked = []
+    driver = {"cuda": driver_cuda}
+    monkeypatch.setattr(gpucourse.device, "probe_driver", lambda: asked.append(1) or driver)
+    line = notebook()["RAPIDS_PIP"]
+    if wheel:
+        assert line == f"pip install cudf-{wheel}==26.2.* cuml-{wheel}==26.2.*"
+    else:
+        assert "cudf-cuNN" in line and "nvidia-smi" in line
+    assert asked == ([] if torch_cuda else [1]), "the driver is asked only for a CPU-only PyTorch"
 
 
 def test_rapids_missing_is_one_sentence_with_the_install_command():
@@ -295,6 +417,40 @@ def test_the_gpu_fit_check_needs_both_fits_on_the_gpu(capsys):
     assert "GPU claim PASS" in capsys.readouterr().out
 
 
+def ml_runs(kmeans: tuple, forest: tuple) -> dict:
+    """Interleaved script results, three rounds: (plain seconds, cuml.accel seconds) per fit."""
+    return {
+        mode: [{"kmeans_s": kmeans[i], "forest_s": forest[i]} for _ in range(3)]
+        for i, mode in enumerate(("plain", "cuml.accel"))
+    }
+
+
+def run_fit_checks(runs: dict, capsys) -> str:
+    ns = notebook(device=torch.device("cuda"), n_ml=500_000, ml_runs=runs, statistics=statistics)
+    exec(code("ml_seconds = {"), ns)
+    exec(check("cuml.accel fits k-means"), ns)
+    exec(check("cuml.accel fits the random forest"), ns)
+    return capsys.readouterr().out
+
+
+def test_k_means_and_the_forest_are_judged_apart_not_summed(capsys):
+    """A k-means that fell back (1x) fails its own claim even when the forest's speed-up would
+    carry the sum; each claim names its estimator and size."""
+    out = run_fit_checks(ml_runs(kmeans=(0.5, 0.05), forest=(20.0, 0.5)), capsys)
+    assert out.count("GPU claim PASS") == 2, out
+    assert "KMeans.fit on 500000 points" in out and "RandomForestClassifier.fit on 375000" in out
+    out = run_fit_checks(ml_runs(kmeans=(0.5, 0.52), forest=(20.0, 0.5)), capsys)
+    assert "FAIL on cuda: KMeans.fit" in out and "PASS on cuda: RandomForestClassifier" in out
+    out = run_fit_checks(ml_runs(kmeans=(0.5, 0.05), forest=(20.0, 19.0)), capsys)
+    assert "PASS on cuda: KMeans.fit" in out and "FAIL on cuda: RandomForestClassifier" in out
+
+
+def test_without_cuml_accel_the_fit_checks_explain_instead_of_judging(capsys):
+    runs = {"plain": [{"kmeans_s": 0.5, "forest_s": 2.0}] * 2}
+    out = run_fit_checks(runs, capsys)
+    assert "GPU claim" not in out and out.count("On a CUDA GPU with RAPIDS this checks") == 2
+
+
 # ------------------------------------------------------------------------------------ the timing
 def test_the_script_runs_plainly_or_under_python_m_accelerator():
     ns = notebook("timing_command")
@@ -341,17 +497,42 @@ def test_run_script_reads_the_last_json_line_and_reports_a_failure_with_its_erro
         ns["run_script"](ns["script_command"](bad, "plain"))
 
 
-def test_the_speed_up_check_compares_the_largest_size(capsys):
-    ns = notebook(device=torch.device("cuda"), sizes=[1_000, 1_000_000])
-    ns["frame_seconds"] = {"plain": [0.001, 0.9], "cudf.pandas": [0.01, 0.05]}
+def run_speedup_check(frame_seconds: dict, capsys, sizes=(1_000, 1_000_000, 5_000_000)) -> str:
+    ns = notebook(device=torch.device("cuda"), sizes=list(sizes), frame_seconds=frame_seconds)
     exec(check("cudf.pandas runs summarize() faster"), ns)
-    assert "GPU claim PASS" in capsys.readouterr().out
-    ns["frame_seconds"] = {"plain": [0.001, 0.9], "cudf.pandas": [0.0001, 0.6]}
-    exec(check("cudf.pandas runs summarize() faster"), ns)
-    assert "GPU claim FAIL" in capsys.readouterr().out, "a win at a small size proves nothing"
-    ns["frame_seconds"] = {"plain": [0.001, 0.9]}
-    exec(check("cudf.pandas runs summarize() faster"), ns)
-    assert "here it is off" in capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_the_speed_up_checks_judge_1m_and_5m_rows_each_with_its_own_bound(capsys):
+    """1.5x at 1M rows, 4x at 5M: a GPU that wins at the largest size only, or only by a little,
+    fails where it falls short; a win at 1,000 rows proves nothing."""
+    out = run_speedup_check(
+        {"plain": [0.001, 0.08, 0.5], "cudf.pandas": [0.01, 0.01, 0.02]}, capsys
+    )
+    assert out.count("GPU claim PASS") == 2 and "FAIL" not in out
+    assert "1000000 rows at least 1.5x" in out and "5000000 rows at least 4x" in out
+    slow_at_1m = {"plain": [0.001, 0.08, 0.5], "cudf.pandas": [0.0001, 0.06, 0.02]}
+    out = run_speedup_check(slow_at_1m, capsys)
+    assert (
+        "FAIL on cuda: summarize() on 1000000" in out
+        and "PASS on cuda: summarize() on 5000000" in out
+    )
+    fell_back = {"plain": [0.001, 0.08, 0.5], "cudf.pandas": [0.01, 0.01, 0.2]}  # 2.5x at 5M
+    assert "FAIL on cuda: summarize() on 5000000" in run_speedup_check(fell_back, capsys)
+    assert "here it is off" in run_speedup_check({"plain": [0.001, 0.08, 0.5]}, capsys)
+
+
+def test_the_workloads_are_sized_by_whether_cudf_pandas_is_on_not_by_the_device(monkeypatch):
+    """A GPU without RAPIDS times plain pandas at the CPU's sizes, not at 5M rows."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    for on, rows, largest in ((False, 20_000, 100_000), (True, 2_000_000, 5_000_000)):
+        frame = types.SimpleNamespace(head=lambda n: None)
+        ns = notebook(device=torch.device("cuda"), make_sales=lambda n, frame=frame: frame)
+        ns["accelerators"] = {"cudf.pandas": ns["ON"] if on else "off: RAPIDS is not installed"}
+        exec(code("from frames_work import").split("\n", 1)[1], ns)
+        exec(code("frame_modes = "), ns)
+        assert ns["rows"] == rows and max(ns["sizes"]) == largest
+        assert ns["frame_modes"] == ["plain", "cudf.pandas"][: 1 + on]
 
 
 # -------------------------------------------------------------------------------------- DLPack
@@ -422,3 +603,136 @@ def test_the_visible_test_of_exercise_2_catches_the_naive_answers(wrong, message
             )[0],
             namespace,
         )
+
+
+# ------------------------------------------------------------------ Exercise 4: no row-by-row work
+def exercise_4(**names) -> dict:
+    """The namespace Exercise 4's test runs in: pandas as `pd`, the row function, the referee."""
+    import pandas
+
+    ns = notebook(pd=pandas, **names)
+    for grade_id in ("order_tag", "row_by_row"):
+        exec(cell(grade_id), ns)
+    frames = types.ModuleType("frames_work")
+    exec(code("%%writefile {workdir}/frames_work.py").split("\n", 1)[1], frames.__dict__)
+    ns["make_sales"] = frames.make_sales
+    return ns
+
+
+def answers(name: str) -> str:
+    (fixture,) = [f for f in ck.fixtures(LESSON) if f.name == name]
+    return fixture.answers["order_tags"]
+
+
+def visible_and_hidden(source: str) -> tuple[str, str]:
+    visible, hidden = source.split("### BEGIN HIDDEN TESTS")
+    return visible, hidden.split("### END HIDDEN TESTS")[0]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "message"),
+    [
+        ("first_glance", r"order_tags walks the rows \(IndexOpsMixin.__iter__\)"),
+        ("ties_and_order", "the index of the frame given, in its order"),
+    ],
+)
+def test_the_visible_test_of_exercise_4_catches_a_loop_and_another_order(fixture, message):
+    """A list comprehension over zipped columns gives the right tags, row by row (what cudf.pandas
+    runs on the CPU); tags built per condition and concatenated come in another order. The visible
+    test says which, and the hidden test too."""
+    visible, hidden = visible_and_hidden(cell("test_order_tags"))
+    for part in (visible, visible + hidden):
+        ns = exercise_4()
+        exec(answers(fixture), ns)
+        with pytest.raises(AssertionError, match=message):
+            exec(part, ns)
+
+
+@pytest.mark.parametrize("source", ["solution", "right_other_idioms"])
+def test_exercise_4_passes_whole_column_answers_and_the_referee_leaves_no_hook(source):
+    ns = exercise_4()
+    exec(ck.solution_answers(LESSON)["order_tags"] if source == "solution" else answers(source), ns)
+    before = sys.getprofile()
+    exec(cell("test_order_tags"), ns)
+    assert sys.getprofile() is before
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ("return sales.apply(order_tag, axis=1)", "DataFrame.apply"),
+        (
+            "return pd.Series([order_tag(r) for _, r in sales.iterrows()], index=sales.index)",
+            "DataFrame.iterrows",
+        ),
+        (
+            "rows = sales.itertuples()\n    tags = [f'{r.store}/{r.item}/"
+            '{"bulk" if r.quantity >= 5 else "single"}\' for r in rows]\n'
+            "    return pd.Series(tags, index=sales.index)",
+            "DataFrame.itertuples",
+        ),
+        (
+            "size = sales['quantity'].map(lambda q: 'bulk' if q >= 5 else 'single')\n"
+            "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + size",
+            "Series.map",
+        ),
+        (
+            "return pd.Series([order_tag(r) for r in sales.to_dict('records')], index=sales.index)",
+            "DataFrame.to_dict",
+        ),
+    ],
+)
+def test_the_referee_names_each_way_of_walking_the_rows(body, named):
+    ns = exercise_4()
+    exec(f"def order_tags(sales):\n    {body}", ns)
+    orders = ns["make_sales"](50, seed=3)
+    with ns["row_by_row"]() as calls:
+        got = ns["order_tags"](orders)
+    assert named in calls, dict(calls)
+    assert got.tolist() == orders.apply(ns["order_tag"], axis=1).tolist(), "right tags all the same"
+
+
+def test_the_referee_counts_nothing_outside_its_block_and_keeps_a_profiler_in_place():
+    ns = exercise_4()
+    seen = []
+    outer = lambda frame, event, arg: seen.append(event)  # noqa: E731 (a profiler already there)
+    sys.setprofile(outer)
+    try:
+        with ns["row_by_row"]() as calls:
+            pass
+        assert sys.getprofile() is outer
+    finally:
+        sys.setprofile(None)
+    orders = ns["make_sales"](20)
+    list(orders["store"])  # a loop after the block is not the answer's
+    assert calls == {}
+
+
+def run_tags_check(capsys, profile=None, on=True) -> str:
+    ns = notebook("profiler", "fallbacks", device=torch.device("cuda"), sales=list(range(7)))
+    ns["accelerators"] = {"cudf.pandas": ns["ON"] if on else "off: RAPIDS is not installed"}
+    ns["order_tags"] = lambda sales: None
+    ns["pandas_profiler"] = lambda accelerators: contextlib.nullcontext(profile)
+    exec(check("order_tags() runs whole on the GPU"), ns)
+    return capsys.readouterr().out
+
+
+def test_the_gpu_check_of_exercise_4_wants_no_fallback_and_did_not_run_where_it_is_off(capsys):
+    on_gpu = cudf_profiler_stats({"Series.where": ([0.01], []), "Series.astype": ([0.01], [])})
+    out = run_tags_check(capsys, types.SimpleNamespace(per_function_stats=on_gpu))
+    assert "fell back to the CPU: []" in out and "GPU claim PASS" in out
+    looped = cudf_profiler_stats({"DataFrame.apply": ([], [2.5]), "Series.where": ([0.01], [])})
+    out = run_tags_check(capsys, types.SimpleNamespace(per_function_stats=looped))
+    assert "['DataFrame.apply']" in out and "GPU claim FAIL" in out
+    assert "Did not run here: order_tags() on 7 rows" in run_tags_check(capsys, on=False)
+
+
+def test_the_visible_test_of_exercise_1_catches_a_column_added_to_the_callers_frame():
+    (fixture,) = [f for f in ck.fixtures(LESSON) if f.name == "first_glance"]
+    import pandas
+
+    ns = notebook(pd=pandas)
+    exec(fixture.answers["store_features"], ns)
+    visible, _ = visible_and_hidden(cell("test_store_features"))
+    with pytest.raises(AssertionError, match="must not add columns to the frame it is given"):
+        exec(visible, ns)
