@@ -6,6 +6,10 @@ torchrun writes each rank's output to files of its own (``--tee=3 --log-dir=...`
 ``<log dir>/<run id>_<random>/attempt_0/<local rank>/`` holds ``stdout.log``, ``stderr.log`` and,
 from a script whose entry point has ``@record``, ``error.json``. A rank's lines are read from there;
 the console, where torchrun heads each piece it reads with its rank, is only shown.
+
+The workers inherit the notebook's environment except ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``, which
+they get as 0: NVIDIA's PyTorch containers set it to 1, and their float32 matmuls would then run in
+TF32, unlike the float32 reference a lesson compares the ranks with.
 """
 
 import contextlib
@@ -26,6 +30,7 @@ from pathlib import Path
 # s for the agents to stop their workers, then we kill all (torchrun kills a stuck one after 5 s;
 # torch 2.11: 30)
 _GRACE = 10.0
+TF32_OVERRIDE_VAR = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"  # cleared for the workers
 _CAUSES = {  # exit codes
     1: "an uncaught exception, or sys.exit with a message",
     2: "a command-line usage error: an unknown option or a bad argument",
@@ -197,6 +202,11 @@ def _environment(processes: int) -> dict[str, str]:
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5",
         # the console's head of each rank's piece; not the option: torch 2.11's torchrun has none
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
+        # NVIDIA's PyTorch containers set it to 1: PyTorch reads it at import as the default of
+        # float32_matmul_precision ("high": float32 matmuls in TF32 on Ampere and newer), and the
+        # ranks then differ from a float32 reference by far more than rounding. 0: PyTorch's own
+        # default, "highest"; a script's fp32_precision or set_float32_matmul_precision still wins.
+        TF32_OVERRIDE_VAR: "0",
     }
 
 
