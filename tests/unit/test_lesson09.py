@@ -260,9 +260,28 @@ def test_check_settings_on_a_t4_wants_fp16_with_a_scaler_or_fp32_and_async_copie
     right |= {"num_workers": 0, "persistent_workers": False, "cudnn_benchmark": True}
     nb["check_settings"](right, t4)
     nb["check_settings"]({**right, "dtype": torch.float32, "scaler": False}, t4)
+    nb["check_settings"]({**right, "cudnn_benchmark": False}, t4)  # the learner's measurement
+    with pytest.raises(AssertionError, match="True or False"):
+        nb["check_settings"]({**right, "cudnn_benchmark": None}, t4)
     for wrong in ({"dtype": torch.bfloat16, "scaler": False}, {"non_blocking": False}):
         with pytest.raises(AssertionError):
             nb["check_settings"]({**right, **wrong}, t4)
+
+
+@pytest.mark.parametrize("machine", [None, "t4", "h100:8"])
+def test_exercise_2_keeps_its_points_with_cudnn_benchmark_off(machine):
+    """Ex.2's whole test cell against in_process/right_benchmark_off (cudnn.benchmark off on every
+    GPU, as the H200 run measured faster) and the solution, on this CPU and the rehearsed CUDA path:
+    the fake GPUs' facts are checked on every grader, so both keep their points everywhere."""
+    for name in ("in_process/right_benchmark_off", "solution"):
+        with rehearsal.parse(machine) if machine else contextlib.nullcontext():
+            nb = notebook("cuda" if machine else "cpu")
+            nb["facts"] = gpucourse.device_facts(nb["device"])
+            source = f"{answer_of(name, 'fast_settings')}\n{cell('test_fast_settings')}"
+            exec(compile(source, "<__main__>", "exec"), nb)  # nb is a notebook's __main__
+            assert nb["fast_settings"](nb["facts"])["cudnn_benchmark"] == (
+                machine is not None and name == "solution"
+            )
 
 
 def test_first_difference_names_what_changed():
