@@ -171,6 +171,29 @@ def test_watch_on_cuda_counts_synchronizations_and_tells_whose():
     assert "wrapper" not in torch.Tensor.copy_.__qualname__
 
 
+@pytest.mark.parametrize("machine", [None, "t4"])
+def test_watch_counts_the_waits_pytorch_does_not_report(machine):
+    """An Event's synchronize() (cudaEventSynchronize) and torch.cuda.empty_cache() (cudaFree) wait
+    for the GPU, and set_sync_debug_mode reports neither (c10/cuda/CUDAFunctions.h warns in
+    memcpy_and_sync and stream_synchronize alone): the spies count this notebook's as waits of its
+    own, a library's not. empty_cache is counted on every device, so a grade does not depend on
+    the grader's (on a CPU it does nothing); the events only exist on CUDA."""
+    with rehearsal.parse(machine) if machine else contextlib.nullcontext() as r:
+        nb = notebook("cuda" if machine else "cpu")
+        mine = "torch.cuda.empty_cache()"
+        if machine:
+            mine += "\nend = torch.cuda.Event(enable_timing=True)\nend.record()\nend.synchronize()"
+        with nb["Watch"]() as watch:
+            run_as("__main__", mine, nb)
+            run_as("torch.fake_library", mine, nb)
+        reported = len(r.syncs) if machine else 0
+    waits = 2 if machine else 1
+    assert (watch.syncs, watch.own_syncs, watch.reads, watch.staged) == (waits, waits, 0, 0)
+    assert reported == 0  # neither is reported by PyTorch: only the spies see them
+    assert "wrapper" not in torch.cuda.empty_cache.__qualname__  # the spies are gone
+    assert "wrapper" not in torch.cuda.Event.synchronize.__qualname__
+
+
 def test_batch_log_records_each_pass_once_with_autograd_and_start():
     nb = notebook()
     torch.manual_seed(0)
@@ -305,6 +328,7 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
     waits that grow with the steps."""
     test_cell = cell("test_fast_epoch")
     answers = [("cuda/syncs_through_nonzero", True), ("solution", False)]
+    answers += [("cuda/times_each_step_with_events", True)]
     answers += [("in_process/right_tensor_accumulators", False)]
     for name, wrong in answers:
         with rehearsal.parse(machine) if machine else contextlib.nullcontext():
@@ -378,6 +402,7 @@ def test_exercise_4_on_a_cpu(monkeypatch):
         "in_process/accuracy_as_a_tensor": "the accuracy is a Tensor: return a Python float",
         "in_process/reads_every_batch": "2 reads from the device to evaluate the training folder",
         "in_process/loss_with_label_smoothing": "F.cross_entropy of your model's logits",
+        "in_process/empties_the_cache": "synchronizations of your own to evaluate 4x the images",
     }
     right = ["cuda/trains_on_the_host", "cuda/casts_the_weights", "cuda/blocks_in_evaluation"]
     failures = exercise_4(None, [*right, *wrong], monkeypatch)
