@@ -342,6 +342,19 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
                 run_as("__main__", source, nb)
 
 
+@pytest.mark.parametrize("name", ["weights_loss_per_sample", "accuracy_over_full_batches"])
+def test_exercise_3_averages_as_slow_train_over_an_uneven_last_batch(name):
+    """Ex.3's whole test cell on a CPU: its batches are 16, 16 and 8 images, so a loss weighted by
+    each batch's size, or an accuracy over steps x batch size, differs from slow_train's (with
+    equal batches both matched it exactly and kept Ex.3's points). The right answers' pass is
+    test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone's."""
+    nb = notebook()
+    nb.update(lr=2e-3, F=torch.nn.functional, facts=gpucourse.device_facts(nb["device"]))
+    source = f"{answer_of(f'in_process/{name}', 'fast_epoch')}\n{cell('test_fast_epoch')}"
+    with pytest.raises(AssertionError, match="the same numbers as a plain loop"):
+        run_as("__main__", source, nb)
+
+
 # The cells Exercise 4's test relies on, after the referee's: the experiment, the baseline's run
 # (the reference answers of Exercises 2 and 3 beside it) and the locked `decoded`.
 BEFORE_EXERCISE_4 = ("workload", "model_sizes", "data", "slow_evaluate", "slow_train", "timed")
