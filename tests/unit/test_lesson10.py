@@ -17,6 +17,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import json
+import os
 import statistics
 import sys
 import types
@@ -84,6 +85,14 @@ class Installable(types.ModuleType):
         if self.error is not None:
             raise self.error
         self.installs += 1
+        if self.__name__ == "cuml.accel":  # cuML >= 25.10: its start-up file then starts it in
+            os.environ.setdefault("CUML_ACCEL_ENABLED", "1")  # every new Python process
+
+
+@pytest.fixture(autouse=True)
+def _no_accelerator_switch_left_behind(monkeypatch):
+    """cuml.accel's stand-in sets CUML_ACCEL_ENABLED as cuML does: undone after each test."""
+    monkeypatch.delenv("CUML_ACCEL_ENABLED", raising=False)
 
 
 def importer(found: dict):
@@ -495,6 +504,52 @@ def test_run_script_reads_the_last_json_line_and_reports_a_failure_with_its_erro
     bad.write_text('raise RuntimeError("no CUDA-capable device is detected")\n')
     with pytest.raises(RuntimeError, match="(?s)bad.py failed.*no CUDA-capable device"):
         ns["run_script"](ns["script_command"](bad, "plain"))
+
+
+def test_plain_runs_start_with_cuml_accels_switch_off_after_it_started(tmp_path):
+    """cuml.accel.install() sets CUML_ACCEL_ENABLED=1 and cuML's .pth then accelerates every child
+    Python: the timing runs get it as 0, so the plain side is scikit-learn on the CPU."""
+    ns = notebook("timing_command", "timing_run")
+    Installable("cuml.accel").install()
+    assert os.environ["CUML_ACCEL_ENABLED"] == "1"
+    child = tmp_path / "child.py"
+    child.write_text(
+        'import json, os\nprint(json.dumps({"env": os.environ["CUML_ACCEL_ENABLED"]}))\n'
+    )
+    assert ns["run_script"](ns["script_command"](child, "plain")) == {"env": "0"}
+
+
+@pytest.mark.parametrize(("mode", "rejected"), [("plain", True), ("cuml.accel", False)])
+def test_a_plain_run_that_ran_accelerated_is_rejected(mode, rejected):
+    seen = {}
+
+    def run(command, **kwargs):
+        seen.update(kwargs)
+        return types.SimpleNamespace(returncode=0, stdout='{"accelerated": true}\n', stderr="")
+
+    ns = notebook("timing_command", "timing_run")
+    ns["subprocess"] = types.SimpleNamespace(run=run)
+    command = ns["script_command"]("ml_work.py", mode, 5, "labels.npy")
+    if rejected:
+        with pytest.raises(RuntimeError, match="precondition not met: plain ml_work.py ran accel"):
+            ns["run_script"](command)
+    else:
+        assert ns["run_script"](command) == {"accelerated": True}
+    assert seen["env"]["CUML_ACCEL_ENABLED"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("script", "mode"), [("frames_work.py", "cudf.pandas"), ("ml_work.py", "cuml.accel")]
+)
+def test_the_scripts_report_whether_the_accelerator_ran_not_whether_it_was_imported(script, mode):
+    """cuML's .pth imports cuml.accel into plain processes too: the scripts ask it (enabled()) or
+    look at pandas' repr, not at sys.modules."""
+    source = code(f"%%writefile {{workdir}}/{script}")
+    if mode == "cuml.accel":
+        assert 'accelerated": accelerated()' in source and "accel.enabled()" in source
+    else:
+        assert '"ModuleAccelerator(fast=cudf," in repr(pd)' in source
+    assert "in sys.modules}" not in source
 
 
 def run_speedup_check(frame_seconds: dict, capsys, sizes=(1_000, 1_000_000, 5_000_000)) -> str:
