@@ -447,7 +447,7 @@ def test_k_means_and_the_forest_are_judged_apart_not_summed(capsys):
     carry the sum; each claim names its estimator and size."""
     out = run_fit_checks(ml_runs(kmeans=(0.5, 0.05), forest=(20.0, 0.5)), capsys)
     assert out.count("GPU claim PASS") == 2, out
-    assert "KMeans.fit on 500000 points" in out and "RandomForestClassifier.fit on 375000" in out
+    assert "KMeans.fit on 500000 points" in out and "RandomForestClassifier.fit on 187500" in out
     out = run_fit_checks(ml_runs(kmeans=(0.5, 0.52), forest=(20.0, 0.5)), capsys)
     assert "FAIL on cuda: KMeans.fit" in out and "PASS on cuda: RandomForestClassifier" in out
     out = run_fit_checks(ml_runs(kmeans=(0.5, 0.05), forest=(20.0, 19.0)), capsys)
