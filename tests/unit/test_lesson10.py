@@ -8,7 +8,8 @@ pandas` a module that prints as cuDF's proxy does), profilers shaped as cuDF's
 `Profiler.per_function_stats` (name -> {"gpu": [seconds], "cpu": [seconds]}) and cuML's
 `ProfileResults.method_calls` (name -> MethodStats with gpu_calls, cpu_calls, fallback_reasons),
 and a device that claims to be CUDA so that the GPU checks judge instead of explaining. Exercise
-4's referee, which counts the calls of pandas' row-by-row functions, runs on the fixtures' answers.
+4's referee, which counts the steps of the notebook's own Python on 300 and 3,000 rows, runs on
+right and wrong answers.
 """
 
 from __future__ import annotations
@@ -665,7 +666,7 @@ def exercise_4(**names) -> dict:
     """The namespace Exercise 4's test runs in: pandas as `pd`, the row function, the referee."""
     import pandas
 
-    ns = notebook(pd=pandas, **names)
+    ns = notebook("which_pandas", pd=pandas, **names)
     for grade_id in ("order_tag", "row_by_row"):
         exec(cell(grade_id), ns)
     frames = types.ModuleType("frames_work")
@@ -687,7 +688,7 @@ def visible_and_hidden(source: str) -> tuple[str, str]:
 @pytest.mark.parametrize(
     ("fixture", "message"),
     [
-        ("first_glance", r"order_tags walks the rows \(IndexOpsMixin.__iter__\)"),
+        ("first_glance", r"order_tags runs Python once a row \(\d+ steps on 300 rows"),
         ("ties_and_order", "the index of the frame given, in its order"),
     ],
 )
@@ -703,64 +704,114 @@ def test_the_visible_test_of_exercise_4_catches_a_loop_and_another_order(fixture
             exec(part, ns)
 
 
-@pytest.mark.parametrize("source", ["solution", "right_other_idioms"])
+RIGHT_BODIES = {  # whole-column answers a referee by function names failed, on some pandas
+    "astype_dict": "parts = sales.astype({'item': str})\n"
+    "    size = pd.Series('bulk', index=sales.index).where(sales['quantity'] >= 5, 'single')\n"
+    "    return parts['store'] + '/' + parts['item'] + '/' + size",
+    "frame_astype": "parts = sales[['store', 'item']].astype(str)\n"
+    "    size = pd.Series('bulk', index=sales.index).where(sales['quantity'] >= 5, 'single')\n"
+    "    return parts['store'] + '/' + parts['item'] + '/' + size",
+    "str_cat_frame": "size = pd.Series('bulk', index=sales.index).where(sales['quantity'] >= 5, "
+    "'single')\n"
+    "    parts = pd.DataFrame({'item': sales['item'].astype(str), 'size': size})\n"
+    "    return sales['store'].str.cat(parts, sep='/')",
+    "loop_over_labels": "tags = sales['store']\n"
+    "    for name in ['item', 'quantity']:\n"
+    "        part = sales[name].astype(str) if name == 'item' else pd.Series("
+    "np.where(sales[name] >= 5, 'bulk', 'single'), index=sales.index)\n"
+    "        tags = tags + '/' + part\n"
+    "    return tags",
+}
+WRONG_BODIES = {  # Python once a row, each with the right tags
+    "apply": "return sales.apply(order_tag, axis=1)",
+    "iterrows": "return pd.Series([order_tag(r) for _, r in sales.iterrows()], index=sales.index)",
+    "itertuples": "rows = sales.itertuples()\n    tags = [f'{r.store}/{r.item}/"
+    '{"bulk" if r.quantity >= 5 else "single"}\' for r in rows]\n'
+    "    return pd.Series(tags, index=sales.index)",
+    "map_lambda": "size = sales['quantity'].map(lambda q: 'bulk' if q >= 5 else 'single')\n"
+    "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + size",
+    "to_dict": "return pd.Series([order_tag(r) for r in sales.to_dict('records')], "
+    "index=sales.index)",
+    "zip_to_numpy": "cols = [sales[c].to_numpy() for c in ('store', 'item', 'quantity')]\n"
+    '    tags = [f\'{s}/{i}/{"bulk" if q >= 5 else "single"}\' for s, i, q in zip(*cols)]\n'
+    "    return pd.Series(tags, index=sales.index)",
+    "np_vectorize": "size = np.vectorize(lambda q: 'bulk' if q >= 5 else 'single')"
+    "(sales['quantity'].to_numpy())\n"
+    "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + size",
+    "combine": "size = sales['quantity'].combine(5, lambda q, b: 'bulk' if q >= b else 'single')\n"
+    "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + size",
+    "builtin_map": "size = list(map(lambda q: 'bulk' if q >= 5 else 'single', "
+    "sales['quantity'].to_numpy()))\n"
+    "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + pd.Series(size, "
+    "index=sales.index)",
+}
+
+
+@pytest.mark.parametrize("source", ["solution", "right_other_idioms", *RIGHT_BODIES])
 def test_exercise_4_passes_whole_column_answers_and_the_referee_leaves_no_hook(source):
     ns = exercise_4()
-    exec(ck.solution_answers(LESSON)["order_tags"] if source == "solution" else answers(source), ns)
-    before = sys.getprofile()
+    if source in RIGHT_BODIES:
+        exec(f"def order_tags(sales):\n    {RIGHT_BODIES[source]}", ns)
+    elif source == "solution":
+        exec(ck.solution_answers(LESSON)["order_tags"], ns)
+    else:
+        exec(answers(source), ns)
+    before = sys.gettrace()
     exec(cell("test_order_tags"), ns)
-    assert sys.getprofile() is before
+    assert sys.gettrace() is before
+    few, many = ns["steps_by_rows"](ns["order_tags"])
+    assert few == many, "whole-column code takes as many Python steps on 3,000 rows as on 300"
 
 
-@pytest.mark.parametrize(
-    ("body", "named"),
-    [
-        ("return sales.apply(order_tag, axis=1)", "DataFrame.apply"),
-        (
-            "return pd.Series([order_tag(r) for _, r in sales.iterrows()], index=sales.index)",
-            "DataFrame.iterrows",
-        ),
-        (
-            "rows = sales.itertuples()\n    tags = [f'{r.store}/{r.item}/"
-            '{"bulk" if r.quantity >= 5 else "single"}\' for r in rows]\n'
-            "    return pd.Series(tags, index=sales.index)",
-            "DataFrame.itertuples",
-        ),
-        (
-            "size = sales['quantity'].map(lambda q: 'bulk' if q >= 5 else 'single')\n"
-            "    return sales['store'] + '/' + sales['item'].astype(str) + '/' + size",
-            "Series.map",
-        ),
-        (
-            "return pd.Series([order_tag(r) for r in sales.to_dict('records')], index=sales.index)",
-            "DataFrame.to_dict",
-        ),
-    ],
-)
-def test_the_referee_names_each_way_of_walking_the_rows(body, named):
+@pytest.mark.parametrize("name", WRONG_BODIES)
+def test_the_referee_fails_every_way_of_running_python_once_a_row(name):
     ns = exercise_4()
-    exec(f"def order_tags(sales):\n    {body}", ns)
+    exec(f"def order_tags(sales):\n    {WRONG_BODIES[name]}", ns)
     orders = ns["make_sales"](50, seed=3)
-    with ns["row_by_row"]() as calls:
-        got = ns["order_tags"](orders)
-    assert named in calls, dict(calls)
-    assert got.tolist() == orders.apply(ns["order_tag"], axis=1).tolist(), "right tags all the same"
+    assert ns["order_tags"](orders).tolist() == orders.apply(ns["order_tag"], axis=1).tolist()
+    visible, _ = visible_and_hidden(cell("test_order_tags"))
+    with pytest.raises(AssertionError, match="order_tags runs Python once a row"):
+        exec(visible, ns)
 
 
-def test_the_referee_counts_nothing_outside_its_block_and_keeps_a_profiler_in_place():
+def test_the_referee_restores_a_tracer_in_place_and_fails_an_answer_that_removes_it():
     ns = exercise_4()
-    seen = []
-    outer = lambda frame, event, arg: seen.append(event)  # noqa: E731 (a profiler already there)
-    sys.setprofile(outer)
+    outer = lambda frame, event, arg: None  # noqa: E731 (a debugger's tracer already there)
+    sys.settrace(outer)
     try:
-        with ns["row_by_row"]() as calls:
-            pass
-        assert sys.getprofile() is outer
+        assert ns["python_steps"](lambda: [i for i in range(10)]) > 10
+        assert sys.gettrace() is outer
+        with pytest.raises(AssertionError, match="switched the step count off"):
+            ns["python_steps"](lambda: sys.settrace(None))
+        assert sys.gettrace() is outer
     finally:
-        sys.setprofile(None)
-    orders = ns["make_sales"](20)
-    list(orders["store"])  # a loop after the block is not the answer's
-    assert calls == {}
+        sys.settrace(None)
+
+
+def test_under_cudf_pandas_the_referee_runs_the_answer_in_plain_pandas(monkeypatch):
+    """cuDF compiles a numeric lambda for the GPU: the referee switches the accelerator off
+    (disable_module_accelerator) for the frames and the answer, so every grader sees pandas."""
+    entered = []
+
+    @contextlib.contextmanager
+    def disable_module_accelerator():
+        entered.append("in")
+        yield
+        entered.append("out")
+
+    accelerator = types.ModuleType("cudf.pandas.module_accelerator")
+    accelerator.disable_module_accelerator = disable_module_accelerator
+    for name in ("cudf", "cudf.pandas"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "cudf.pandas.module_accelerator", accelerator)
+    ns = exercise_4()
+    ns["which_pandas"] = lambda module: ns["PROXY"]
+    seen = []
+    ns["steps_by_rows"](lambda sales: seen.append((len(sales), list(entered))))
+    assert seen == [(300, ["in"]), (3000, ["in"])] and entered == ["in", "out"]
+    ns["which_pandas"] = lambda module: "plain pandas"
+    ns["steps_by_rows"](lambda sales: None)
+    assert entered == ["in", "out"], "nothing to switch where cudf.pandas is off"
 
 
 def run_tags_check(capsys, profile=None, on=True) -> str:
