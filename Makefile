@@ -8,9 +8,8 @@ PORT   ?= 8888
 NOTEBOOK_DIR ?= notebooks
 # Jupyter refuses to run as root unless told; containers and cloud VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-# pytest workers: one more than CI's 2 cores, since a worker waits on its kernels and subprocesses part of
-# the time (3 workers graded six lessons 11% faster than 2 there). More cores: JOBS=n.
-JOBS   ?= 3
+# pytest workers, one per core of CI's 2 (a third measured the same whole-suite time there). More cores: JOBS=n.
+JOBS   ?= 2
 THREADS ?= 1
 export PATH := $(abspath $(BIN)):$(PATH)
 
