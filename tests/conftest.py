@@ -7,6 +7,7 @@ helpers live in ``coursekit``, ``gradingkit`` and ``browserkit``.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -21,6 +22,29 @@ def course_environment(request, monkeypatch):
     if request.node.get_closest_marker("gpu") is None:
         for name in RUNNER_VARIABLES:
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def run_cell(monkeypatch, tmp_path):
+    """Run a lesson cell's source as the GPU runner does: its claims recorded and, with
+    ``strict=True``, a failed one raising. Returns the records that run wrote."""
+    record = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("GPUCOURSE_CLAIMS", str(record))
+    monkeypatch.delenv("GPUCOURSE_CLAIMS_DEFER", raising=False)
+
+    def recorded() -> list[str]:
+        return record.read_text().splitlines() if record.exists() else []
+
+    def run(source: str, namespace: dict, strict: bool = False) -> list[dict]:
+        if strict:
+            monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
+        else:
+            monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
+        before = len(recorded())
+        exec(source, namespace)
+        return [json.loads(line) for line in recorded()[before:]]
+
+    return run
 
 
 def pytest_collection_modifyitems(items):

@@ -55,6 +55,18 @@ def code_cell(lesson: str, needle: str) -> str:
     return found[0]
 
 
+def gpu_check(lesson: str, title: str) -> str:
+    """The source of the lesson's one `gpu-check` cell whose first line holds ``title``."""
+    cells = read(solution_path(lesson)).cells
+    found = [
+        c.source
+        for c in cells
+        if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
+    ]
+    assert len(found) == 1, f"{lesson}: one GPU check titled {title!r}, found {len(found)}"
+    return found[0]
+
+
 def repository_url() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 

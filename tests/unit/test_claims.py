@@ -172,32 +172,13 @@ def test_a_claim_whose_measurement_did_not_happen_neither_passes_nor_fails(
 # The GPU checks of lessons 01-04, run on a CPU with fake measurements: each cell tagged
 # `gpu-check` is taken from the solution and executed as it stands, its device faked as CUDA, in
 # strict mode, so a failed claim raises. A broken path's numbers must fail it, a right one's pass.
-def gpu_check(lesson: str, title: str) -> str:
-    nb = ck.read(ck.solution_path(lesson))
-    found = [
-        c.source
-        for c in nb.cells
-        if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
-    ]
-    assert len(found) == 1, f"{lesson}: one GPU check titled {title!r}, found {len(found)}"
-    return found[0]
-
-
 @pytest.fixture
-def strict(monkeypatch, tmp_path):
-    """Run a lesson's GPU check as the GPU runner does (strict, recorded); returns the records."""
-    record = tmp_path / "claims.jsonl"
-    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
-    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
-    monkeypatch.delenv(claims.DEFER_VAR, raising=False)
-
-    def recorded():
-        return record.read_text().splitlines() if record.exists() else []
+def strict(run_cell):
+    """Run a lesson's GPU check as the GPU runner does (strict, recorded); returns its records."""
 
     def run(lesson, title, **names):
-        before = len(recorded())
-        exec(gpu_check(lesson, title), {"gpucourse": gpucourse, "device": "cuda:0", **names})
-        return [json.loads(line) for line in recorded()[before:]]  # this check's records
+        namespace = {"gpucourse": gpucourse, "device": "cuda:0", **names}
+        return run_cell(ck.gpu_check(lesson, title), namespace, strict=True)
 
     return run
 

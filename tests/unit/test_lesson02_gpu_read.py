@@ -7,7 +7,6 @@ rejecting the broken path each one names. The cells under test are read from the
 
 from __future__ import annotations
 
-import json
 import re
 from types import SimpleNamespace
 
@@ -17,7 +16,6 @@ import torch
 from coursetools.rehearsal import Rehearsal
 
 import gpucourse
-from gpucourse import claims
 
 LESSON = "02_tensors_on_device"
 SIZES = [2**k for k in range(12, 31, 2)]  # 4 KiB ... 1 GiB
@@ -29,27 +27,13 @@ H200 = {  # this course's GPU run on an H200 (gpu-run-3), the curve cell's outpu
 H200_LAUNCH_MS = (0.16, 0.43)  # the same VM's launches: the no-sync copy, lesson 01's matmuls
 
 
-def _gpu_check(title: str) -> str:
-    (source,) = [
-        c.source
-        for c in ck.read(ck.solution_path(LESSON)).cells
-        if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
-    ]
-    return source
-
-
 @pytest.fixture
-def strict(monkeypatch, tmp_path):
+def strict(run_cell):
     """Run one of the lesson's GPU checks as the GPU runner does (strict: a failure raises)."""
-    record = tmp_path / "claims.jsonl"
-    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
-    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
-    monkeypatch.delenv(claims.DEFER_VAR, raising=False)
 
     def run(title: str, **names) -> list[dict]:
-        record.unlink(missing_ok=True)
-        exec(_gpu_check(title), {"gpucourse": gpucourse, "device": "cuda:0", **names})
-        return [json.loads(line) for line in record.read_text().splitlines()]
+        namespace = {"gpucourse": gpucourse, "device": "cuda:0", **names}
+        return run_cell(ck.gpu_check(LESSON, title), namespace, strict=True)
 
     return run
 
@@ -131,7 +115,7 @@ def test_the_no_sync_copy_is_a_gibibyte_on_every_gpu_and_small_elsewhere(monkeyp
 def test_the_no_sync_bound_leaves_room_for_the_slowest_launch_the_h200_vm_showed(strict):
     """At 256 MiB the H200 VM's slowest launch (0.43 ms) would have read 0.084 against a bound
     of 0.1; at 1 GiB it reads 0.021, and a T4's copy is four times longer still."""
-    bound = float(re.search(r"at_most=([0-9.]+)", _gpu_check("times only the launch"))[1])
+    bound = float(re.search(r"at_most=([0-9.]+)", ck.gpu_check(LESSON, "times only the launch"))[1])
     slowest = max(H200_LAUNCH_MS)
     old = slowest / _ms_per_call(H200["pinned"][-2], 2**28)
     new = slowest / _ms_per_call(H200["pinned"][-1], 2**30)

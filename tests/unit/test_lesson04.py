@@ -9,7 +9,6 @@ cannot show an effect gets a precondition, recorded as "not validated", never a 
 
 from __future__ import annotations
 
-import json
 import math
 from types import SimpleNamespace
 
@@ -34,15 +33,7 @@ UNKNOWN = "NVIDIA GeForce RTX 4090"  # a card gpucourse.bench.CARDS has no datas
 
 
 def gpu_check(title: str) -> str:
-    """The source of the one `gpu-check` cell whose first line holds ``title``."""
-    cells = ck.read(ck.solution_path(LESSON)).cells
-    found = [
-        c.source
-        for c in cells
-        if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
-    ]
-    assert len(found) == 1, f"one GPU check titled {title!r}, found {len(found)}"
-    return found[0]
+    return ck.gpu_check(LESSON, title)
 
 
 def card(name: str, device=CUDA) -> dict:
@@ -53,24 +44,15 @@ def card(name: str, device=CUDA) -> dict:
 
 
 @pytest.fixture
-def strict(monkeypatch, tmp_path):
+def strict(run_cell):
     """Run a GPU check as the GPU runner does (strict, recorded); returns this check's records."""
-    record = tmp_path / "claims.jsonl"
-    monkeypatch.setenv(claims.CLAIMS_VAR, str(record))
-    monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
-    monkeypatch.delenv(claims.DEFER_VAR, raising=False)
-
-    def recorded():
-        return record.read_text().splitlines() if record.exists() else []
 
     def run(title, gpu=H200, **names):
-        before = len(recorded())
         namespace = {"torch": torch, "gpucourse": gpucourse, "device": CUDA}
         known = card(gpu)
         namespace |= {k: known[k] for k in ("published", "fp32_peak", "flop_per_byte")}
         namespace |= {"compute_bound": known["compute_bound"], "facts": SimpleNamespace(name=gpu)}
-        exec(gpu_check(title), namespace | names)
-        return [json.loads(line) for line in recorded()[before:]]
+        return run_cell(gpu_check(title), namespace | names, strict=True)
 
     return run
 

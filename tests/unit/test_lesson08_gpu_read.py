@@ -18,7 +18,6 @@ profiler records them, timings as a launch-bound GPU gives them, the CUDA rehear
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import subprocess
 import sys
@@ -45,16 +44,11 @@ def _source(cell_id: str) -> str:
 
 
 @pytest.fixture
-def recorded(monkeypatch, tmp_path):
+def recorded(run_cell):
     """Run one of the lesson's cells with the given names; the claims it recorded."""
-    path = tmp_path / "claims.jsonl"
-    monkeypatch.setenv("GPUCOURSE_CLAIMS", str(path))
-    monkeypatch.delenv("GPUCOURSE_REQUIRE_GPU", raising=False)
 
     def run(cell_id: str, **names) -> list[dict]:
-        path.unlink(missing_ok=True)
-        exec(_source(cell_id), {"gpucourse": gpucourse, "device": CUDA, **names})
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return run_cell(_source(cell_id), {"gpucourse": gpucourse, "device": CUDA, **names})
 
     return run
 

@@ -454,12 +454,7 @@ def test_no_answer_judged_in_process_is_flagged():
 
 
 def gpu_check(title: str) -> str:
-    (found,) = [
-        c.source
-        for c in ck.read(ck.solution_path(LESSON)).cells
-        if c.source.startswith(f"# @title GPU check: {title}")
-    ]
-    return found
+    return ck.gpu_check(LESSON, f"GPU check: {title}")
 
 
 @pytest.mark.parametrize(

@@ -272,22 +272,13 @@ def _fancy(chroma):
 
 
 @pytest.fixture
-def gpu_check(monkeypatch, tmp_path):
-    """Run a lesson's `gpu-check` cell on a faked ``cuda:0`` with the given names; its records."""
-    record = tmp_path / "claims.jsonl"
-    monkeypatch.setenv("GPUCOURSE_CLAIMS", str(record))
+def gpu_check(run_cell):
+    """Run a lesson's `gpu-check` cell on a faked ``cuda:0`` with the given names; its record."""
+    import gpucourse
 
     def run(lesson: str, title: str, **names) -> dict:
-        (source,) = [
-            c.source
-            for c in ck.read(ck.solution_path(lesson)).cells
-            if "gpu-check" in c.metadata.get("tags", []) and title in c.source.splitlines()[0]
-        ]
-        import gpucourse
-
-        record.unlink(missing_ok=True)
-        exec(source, {"gpucourse": gpucourse, "device": "cuda:0", "np": np, **names})
-        (entry,) = [json.loads(line) for line in record.read_text().splitlines()]
+        namespace = {"gpucourse": gpucourse, "device": "cuda:0", "np": np, **names}
+        (entry,) = run_cell(ck.gpu_check(lesson, title), namespace)
         return entry
 
     return run
