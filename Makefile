@@ -44,7 +44,7 @@ CPU_WHEELS = $(eval CPU_WHEELS := $(shell $(PYTHON) tools/choose_set.py probe '$
 DISK_GB ?=
 GPU_INDEX = $$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["gpucourse"]["gpu-index"])')
 
-.PHONY: help lab doctor test test-fast colab-set notebooks book pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
+.PHONY: help lab doctor test test-fast colab-set notebooks release book pins lint grade report clean test-gpu gpu-kit wheelhouse FORCE
 
 help:
 	@echo "Targets (a bare make prints this and changes nothing):"
@@ -54,6 +54,8 @@ help:
 	@echo "  make test-fast     helper unit tests and hygiene only (seconds)"
 	@echo "  make colab-set     build $(COLAB_VENV) (Colab's versions) and run the lessons' set-up cells there"
 	@echo "  make notebooks     regenerate notebooks/ from solutions/ (nbgrader)"
+	@echo "  make release       after bumping gpucourse.__version__: record it in utils/releases.json, point"
+	@echo "                     every set-up cell at the tag v<version>, regenerate notebooks/ (CONTRIBUTING)"
 	@echo "  make book          after make test: the reading edition, every lesson with the outputs of its"
 	@echo "                     run, as a static site in test-artifacts/book/html (docs/book/)"
 	@echo "  make pins          regenerate environment*.yml, binder/ and colab/ from pyproject.toml and"
@@ -199,6 +201,11 @@ book: $(STAMP)
 	$(BIN)/python -m coursetools.book $(BOOK_ARGS)
 
 notebooks: $(STAMP)
+	$(BIN)/python -m coursetools.notebooks
+
+# The helper's release (coursetools.release): record the version, set-up cells install its tag.
+release: $(STAMP)
+	$(BIN)/python -m coursetools.release record
 	$(BIN)/python -m coursetools.notebooks
 
 pins: $(STAMP)
