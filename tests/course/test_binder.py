@@ -216,7 +216,12 @@ def test_binder_installs_the_helper_without_dependencies():
     post_build = (BINDER / "postBuild").read_text()
     installs = [line for line in post_build.splitlines() if re.search(r"\bpip install\b", line)]
     assert installs and all("--no-deps" in line for line in installs), (
-        "postBuild adds gpucourse, nothing more"
+        "postBuild adds gpucourse and the course's tools, nothing more"
+    )
+    # nbgrader_config.py loads coursetools: without it Validate is stock nbgrader (a line on stderr
+    # fails a right answer; the demos run)
+    assert any(re.search(r"--editable tools\b", line) for line in installs), (
+        "postBuild installs the course's tools (tools/), which the Validate button's config needs"
     )
     mode = subprocess.run(
         ["git", "ls-files", "-s", "binder/postBuild"], cwd=ck.ROOT, capture_output=True, text=True
