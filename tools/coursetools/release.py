@@ -1,6 +1,6 @@
 """The helper's releases: which gpucourse the lessons' set-up cells install, and when it must move.
 
-    python -m coursetools.release check    # what the suite checks (tests/course/test_release.py)
+    python -m coursetools.release check    # what the suite checks
     python -m coursetools.release record   # after bumping gpucourse.__version__ (`make release`)
 
 On Colab a lesson's set-up cell installs gpucourse from the course repository at the tag
@@ -8,9 +8,9 @@ On Colab a lesson's set-up cell installs gpucourse from the course repository at
 was written for, whatever ``main`` holds later. The CI workflow .github/workflows/release.yml
 creates that tag on the commit that first carries the version.
 
-Each version is recorded in utils/releases.json: a digest of the helper's source and its public
-API (every public function and class of every module, with its signature). The rules, checked by
-``check``:
+Each version is recorded in the releases file beside the helper (``RELEASES``): a digest of the
+helper's source and its public API (every public function and class of every module, with its
+signature). The rules, checked by ``check``:
 - the source differs from the recorded digest: bump the version (the tag would not hold it);
 - a public name was removed or its signature changed since the previous release: bump the minor
   version at least (0.x: a minor is a breaking release), not only the patch;
