@@ -1,4 +1,4 @@
-"""nbgrader configuration for the course (docs for instructors: README, "For instructors")."""
+"""nbgrader configuration for the course (for instructors: docs/instructors.md)."""
 
 import os
 

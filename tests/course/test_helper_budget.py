@@ -1,5 +1,5 @@
 """The helper stays plumbing: small, and every module serves at least two lessons
-(CONTRIBUTING.md, "The helper").
+(CONTRIBUTING.md, "Tests": the helper's budgets).
 
 A lesson writes the API it teaches in its own cells; `gpucourse` keeps what two or more lessons use,
 plus the command-line tools and `launch`. Two budgets: the learner API (what lessons import) and the
