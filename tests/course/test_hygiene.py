@@ -355,14 +355,19 @@ def _prose(path: Path):
 
 def test_every_path_the_docs_and_comments_name_exists():
     """A file moved or deleted takes its mentions with it: README, CONTRIBUTING, docs/, the
-    Makefile, and the comments and docstrings of the helper, the tools and the tests."""
+    Makefile, pyproject.toml, the workflows, and the comments and docstrings of the helper, the
+    tools and the tests."""
     root = ck.ROOT
     texts = [
         root / "README.md",
         root / "CONTRIBUTING.md",
         root / "Makefile",
         *root.glob("docs/**/*.md"),
-        *root.glob("utils/gpucourse/*.py"),
+        root / "pyproject.toml",
+        root / "nbgrader_config.py",
+        *root.glob("docs/*.toml"),
+        *root.glob(".github/workflows/*.yml"),
+        *root.glob("utils/gpucourse/**/*.py"),
         *root.glob("tools/**/*.py"),
         *(p for p in root.glob("tests/**/*.py") if "fixtures" not in p.parts),
     ]
