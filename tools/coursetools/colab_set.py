@@ -10,7 +10,8 @@ Colab gets it.
    changes (their hash is kept in the venv's stamp file), and reused otherwise.
 2. gpucourse, installed by the lessons' own set-up cells: each distinct set-up cell runs for real in
    the venv's Python, as on Colab, with a stand-in ``google.colab`` module and the repository that
-   pyproject.toml names replaced by this checkout as a local git URL, so the cell's own ``pip
+   pyproject.toml names replaced by a scratch clone of this checkout, its last commit tagged there
+   as the helper's release (coursetools.release), so the cell's own ``pip
    install`` line is what installs gpucourse (from the checkout's last commit, never from its
    folder: uncommitted changes are not in it). Done again when the commit changes. What each cell
    did is kept in the venv's setup-cells.json, which tests/lessons/test_colab_set.py checks.
@@ -183,7 +184,8 @@ def run_setup_cells(venv: Path) -> list[dict]:
     repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"][
         "Repository"
     ]
-    local = f"file://{ROOT}"
+    scratch_repo = tempfile.TemporaryDirectory(prefix="colab-set-repo-")
+    local = tagged_clone(Path(scratch_repo.name))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -223,7 +225,20 @@ def run_setup_cells(venv: Path) -> list[dict]:
             f"set-up cell of {', '.join(lessons)}: {'ran' if ok else 'FAILED'}"
             + ("" if ok else f"\n{record['output']}")
         )
+    scratch_repo.cleanup()
     return records
+
+
+def tagged_clone(target: Path) -> str:
+    """This checkout's last commit in a scratch clone, tagged there ``v<gpucourse's version>`` as
+    the release workflow tags main: a set-up cell's ``@v<version>`` resolves to this commit."""
+    from coursetools.release import version
+
+    git = ["git", "-c", "advice.detachedHead=false"]
+    subprocess.run([*git, "clone", "-q", "--no-checkout", str(ROOT), str(target)], check=True)
+    tag = [*git, "-C", str(target), "tag", "-f", f"v{version()}", head()]
+    subprocess.run(tag, check=True, capture_output=True)
+    return f"file://{target}"
 
 
 def install_gpucourse(venv: Path) -> bool:
