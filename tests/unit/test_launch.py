@@ -463,3 +463,15 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_each_rank_gets_a_share_of_the_cores_this_process_may_use(monkeypatch):
+    """A container with 4 CPUs on a 64-core host (a CPU quota, an affinity mask): 2 threads a rank
+    of 2, not the 32 the host's core count gives; an OMP_NUM_THREADS already set wins."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(launch, "available_cores", lambda: 4)
+    assert launch._environment(2)["OMP_NUM_THREADS"] == "2"
+    assert launch._environment(8)["OMP_NUM_THREADS"] == "1"  # never 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert launch._environment(2)["OMP_NUM_THREADS"] == "3"

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import json
 import os
@@ -367,3 +368,60 @@ def test_the_lesson_sizes_the_cuda_context_as_measured():
     """A few hundred MiB a GPU, the H200's 0.7 GiB quoted; not the 100 MiB of older drivers."""
     source = ck.code_cell(DDP, "del dp_model, model, out, batch")
     assert "100 MiB" not in source and "0.7 GiB" in source
+
+
+# Exercise 3's referee: nothing it judges with sits in an editable cell ---------------------------
+
+
+def _bound(source: str) -> set[str]:
+    """The names a cell binds at any level (assignments, definitions, imports, loop targets)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def test_exercise_3s_test_reads_only_locked_cells():
+    """Every name the test cell reads from the notebook is set by a read-only cell, which autograde
+    restores: the rank count (once the editable set-up's nproc), the launcher, the folder, the
+    command line (script_args) and the referees."""
+    cells = ck.read(ck.solution_path(DDP)).cells
+    test = ck.code_cell(DDP, TEST_CELL)
+    locked = set()
+    for cell in cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("locked") and not meta.get("grade") and cell.cell_type == "code":
+            if not cell.source.startswith("%%"):  # a script written to a file binds nothing here
+                locked |= _bound(cell.source)
+    read = {
+        node.id
+        for node in ast.walk(ast.parse(test))
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+    free = read - _bound(test) - set(dir(builtins))
+    assert free and free <= locked, sorted(free - locked)
+    assert {"launch", "workdir", "script_args", "reference_training"} <= free
+    assert "nproc" not in read
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 8])
+def test_exercise_3s_test_runs_two_ranks_whatever_the_set_up_says(nproc, watched, tmp_path):
+    """An edited set-up (nproc = 1: one rank agrees with itself, and one process without DDP is
+    the reference) changes nothing: the test launches two ranks and reads two."""
+    fake = FakeLaunch(watched["right"])
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    nb = _namespace(1, workdir, fake) | {"nproc": nproc}
+    exec(ck.code_cell(DDP, TEST_CELL).split("### BEGIN HIDDEN TESTS")[0], nb)
+    ((_, args, launched),) = fake.calls
+    assert launched == 2 and args[args.index("--global-batch-size") + 1] == "8", fake.calls
+    assert len(nb["ranks"]) == 2
+    hidden = ck.code_cell(DDP, TEST_CELL).split("### BEGIN HIDDEN TESTS")[1]
+    assert "world_size=2" in hidden and "nproc" not in hidden

@@ -9,7 +9,8 @@ the console, where torchrun heads each piece it reads with its rank, is only sho
 
 The workers inherit the notebook's environment except ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``, which
 they get as 0: NVIDIA's PyTorch containers set it to 1, and their float32 matmuls would then run in
-TF32, unlike the float32 reference a lesson compares the ranks with.
+TF32, unlike the float32 reference a lesson compares the ranks with. Where ``OMP_NUM_THREADS`` is
+unset, each rank gets its share of the cores this process may use (``loaders.available_cores``).
 """
 
 import contextlib
@@ -26,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .loaders import available_cores
 
 # s for the agents to stop their workers, then we kill all (torchrun kills a stuck one after 5 s;
 # torch 2.11: 30)
@@ -195,8 +198,11 @@ def _options(nproc_per_node: int, nnodes: int) -> list[str]:
 
 
 def _environment(processes: int) -> dict[str, str]:
+    # a share of the cores this process may use (its affinity, a container's CPU quota), not the
+    # host's count: a container on a 64-core host with 4 CPUs would otherwise run 32 threads a rank
+    cores = available_cores()
     return {
-        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes)),  # a share of the cores
+        "OMP_NUM_THREADS": str(max(1, cores // processes)),
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5",
