@@ -19,6 +19,7 @@ import contextlib
 import re
 import sys
 import warnings
+from types import SimpleNamespace
 
 import coursekit as ck
 import pytest
@@ -261,11 +262,14 @@ def test_batch_log_sees_each_compiled_pass_once(compiled):
     [
         ({"dtype": torch.float16, "scaler": True}, "fp32 or"),
         ({"dtype": torch.bfloat16, "scaler": True}, "iff fp16"),
-        ({"num_workers": 99, "persistent_workers": True}, "num_workers()"),
+        ({"num_workers": 99, "persistent_workers": True}, "from 0 to 8"),
+        ({"num_workers": -1, "persistent_workers": True}, "from 0 to 8"),
+        ({"num_workers": 2.0, "persistent_workers": True}, "whole number"),
         ({"num_workers": 0, "persistent_workers": True}, "persistent iff workers"),
     ],
 )
-def test_check_settings_fails_inconsistent_settings_on_a_cpu(change, message):
+def test_check_settings_fails_inconsistent_settings_on_a_cpu(change, message, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # the course's grader: 99 workers is too many
     nb = definitions("test_fast_settings", notebook(), "check_settings", "fake_facts")
     cpu = nb["fake_facts"]("cpu")
     right = {"dtype": torch.float32, "scaler": False, "pin_memory": False, "non_blocking": False}
@@ -307,6 +311,22 @@ def test_exercise_2_keeps_its_points_with_cudnn_benchmark_off(machine):
             )
 
 
+@pytest.mark.parametrize("machine", [None, "t4", "h100:8"])
+def test_exercise_2_does_not_depend_on_the_graders_cores(machine):
+    """Ex.2's whole test cell against right_reads_through_the_host's settings, four workers on
+    every GPU (the tutorials' count), on this CPU, a rehearsed T4 (2 vCPUs: num_workers() is 1) and
+    an H100: any count from 0 to 8 keeps the points, whatever the grader's cores."""
+    with rehearsal.parse(machine) if machine else contextlib.nullcontext():
+        nb = notebook("cuda" if machine else "cpu")
+        nb["facts"] = gpucourse.device_facts(nb["device"])
+        source = f"{answer_of('right_reads_through_the_host', 'fast_settings')}\n"
+        exec(compile(source + cell("test_fast_settings"), "<__main__>", "exec"), nb)
+        t4 = nb["fake_facts"]("cuda:0", (7, 5))
+        assert nb["fast_settings"](t4)["num_workers"] == 4
+        if machine == "t4":
+            assert gpucourse.loaders.num_workers() == 1  # what the old rule allowed
+
+
 def test_first_difference_names_what_changed():
     nb = definitions("test_fast_train", notebook(), "first_difference")
     batches = [torch.arange(16.0) + 100 * step for step in range(4)]
@@ -340,6 +360,61 @@ def test_a_sync_only_a_gpu_sees_costs_exercise_3_on_cuda_alone(machine):
                     run_as("__main__", source, nb)
             else:
                 run_as("__main__", source, nb)
+
+
+@pytest.mark.parametrize("machine", [None, "t4"])
+def test_exercise_3_judges_the_reads_that_grow_with_the_steps(machine):
+    """Ex.3's whole test cell: reads after the loop written other ways keep the points though the
+    referee counts two (`sums.cpu().tolist()`: a copy, then a list of a host tensor; two `.item()`
+    calls), as does an epoch in the channels-last layout; a read in every step
+    (copies_to_host's `.to("cpu")`) still loses them, on a CPU and the rehearsed CUDA path."""
+    right = {"right_reads_through_the_host": 2, "in_process/right_two_items": 2}
+    right |= {"in_process/right_channels_last": 1}
+    for name, reads in [*right.items(), ("copies_to_host", None)]:
+        with rehearsal.parse(machine) if machine else contextlib.nullcontext():
+            nb = notebook("cuda" if machine else "cpu")
+            nb.update(lr=2e-3, F=torch.nn.functional, facts=gpucourse.device_facts(nb["device"]))
+            source = f"{answer_of(name, 'fast_epoch')}\n{cell('test_fast_epoch')}"
+            if reads is None:
+                with pytest.raises(AssertionError, match="reads that grow with the steps"):
+                    run_as("__main__", source, nb)
+                continue
+            namespace = {**nb, "__name__": "__main__"}
+            exec(compile(source, "<__main__>", "exec"), namespace)
+            assert namespace["once"].reads == reads, (name, namespace["once"].reads)
+
+
+def test_exercise_3_compares_the_twins_in_plain_fp32_and_restores_tf32():
+    """The fp32 parity of Ex.3 does not depend on TF32 (on from an A100 on for cuDNN
+    convolutions, and another layout picks other kernels): the plain loop and the learner's epoch
+    train with both switches at "ieee"; the mixed-precision run after them, and the kernel after
+    the cell, find the switches as they were."""
+    backends = torch.backends
+    switches = [(backends.cudnn.conv, "fp32_precision"), (backends.cuda.matmul, "fp32_precision")]
+    before = [getattr(owner, name) for owner, name in switches]
+    seen = []
+    try:
+        for owner, name in switches:
+            setattr(owner, name, "tf32")  # as a learner's kernel may have them
+        nb = notebook()
+        nb.update(lr=2e-3, F=torch.nn.functional, facts=gpucourse.device_facts(nb["device"]))
+        namespace = {**nb, "__name__": "__main__"}
+        exec(compile(answer_of("solution", "fast_epoch"), "<__main__>", "exec"), namespace)
+        epoch = namespace["fast_epoch"]
+
+        def recording(*args):
+            seen.append(tuple(getattr(owner, name) for owner, name in switches))
+            return epoch(*args)
+
+        namespace["fast_epoch"] = recording
+        exec(compile(cell("test_fast_epoch"), "<__main__>", "exec"), namespace)
+        after = [getattr(owner, name) for owner, name in switches]
+    finally:
+        for (owner, name), value in zip(switches, before, strict=True):
+            setattr(owner, name, value)
+    assert seen[:2] == [("ieee", "ieee")] * 2, seen  # once, and the 3 steps the twin matches
+    assert seen[2:] and set(seen[2:]) == {("tf32", "tf32")}, seen
+    assert after == ["tf32", "tf32"]
 
 
 @pytest.mark.parametrize("name", ["weights_loss_per_sample", "accuracy_over_full_batches"])
@@ -413,11 +488,12 @@ def test_exercise_4_on_a_cpu(monkeypatch):
     wrong = {
         "in_process/reports_training_accuracy": "the accuracy is test_root's",
         "in_process/accuracy_as_a_tensor": "the accuracy is a Tensor: return a Python float",
-        "in_process/reads_every_batch": "2 reads from the device to evaluate the training folder",
+        "in_process/reads_every_batch": "2 reads from the device to evaluate 4x the images, not 1",
         "in_process/loss_with_label_smoothing": "F.cross_entropy of your model's logits",
         "in_process/empties_the_cache": "synchronizations of your own to evaluate 4x the images",
     }
     right = ["cuda/trains_on_the_host", "cuda/casts_the_weights", "cuda/blocks_in_evaluation"]
+    right += ["right_reads_through_the_host"]  # right.cpu().item(): two reads, however many batches
     failures = exercise_4(None, [*right, *wrong], monkeypatch)
     assert {name: failures[name] for name in right} == dict.fromkeys(right), failures
     for name, message in wrong.items():
@@ -430,7 +506,8 @@ def test_exercise_4_on_a_t4(monkeypatch):
     pageable memory (waits PyTorch does not report) and a GradScaler turned off under fp16 each
     fail Ex.4 with a message that names the mistake. Right evaluations keep their marks: one that
     copies with `.cuda(non_blocking=True)` and reads `.item()` once after dividing on the device,
-    and the compiled step's, which reads with `float()` (the solution's are
+    the compiled step's, which reads with `float()`, and one that reads with `.cpu().item()`, two
+    reads for one batch as for four (the solution's are
     test_cuda_rehearsal.py's)."""
     wrong = {
         "cuda/trains_on_the_host": "the model's weights are on cpu, not cuda",
@@ -439,7 +516,7 @@ def test_exercise_4_on_a_t4(monkeypatch):
         "cuda/unpinned_batches": "non-blocking copies from pageable memory",
         "cuda/scaler_off": "a GradScaler made with enabled=False",
     }
-    right = ["in_process/right_cuda_copies", "right_compiled_step"]
+    right = ["in_process/right_cuda_copies", "right_compiled_step", "right_reads_through_the_host"]
     failures = exercise_4("t4", [*right, *wrong], monkeypatch)
     assert {name: failures[name] for name in right} == dict.fromkeys(right), failures
     for name, message in wrong.items():
@@ -478,3 +555,60 @@ def test_the_sync_and_input_claims_hold_for_the_fix_and_fail_for_the_fault(
     exec(gpu_check(title), {**nb, **measured})
     with pytest.raises(RuntimeError, match="GPU claim failed"):
         exec(gpu_check(title), {**nb, "fast_time": broken})
+
+
+def test_the_profiler_cell_counts_the_gpus_busy_time_once():
+    """The profiled epoch's summary on a GPU: the busy time sums the GPU's own rows (kernels and
+    copies), not the operators' device time beside them (`aten::copy_` would count each copy
+    twice) nor the GPU's copies of annotated ranges; on a CPU it says there is no GPU."""
+    from torch.autograd import DeviceType
+
+    cpu, gpu, loader = DeviceType.CPU, DeviceType.CUDA, "enumerate(DataLoader)#_Iter.__next__"
+    rows = [  # key, device type, self device us, annotation, cpu total us, count (H200-like)
+        ("aten::copy_", cpu, 1143.0, False, 0.0, 535),
+        ("Memcpy HtoD (Pageable -> Device)", gpu, 1132.0, False, 0.0, 17),
+        ("void at::native::max_pool_forward", gpu, 198.0, False, 0.0, 12),
+        ("Optimizer.step#Adam.step", gpu, 2500.0, True, 0.0, 1),
+        (loader, cpu, 0.0, False, 141_000.0, 9),
+        ("aten::_local_scalar_dense", cpu, 0.0, False, 0.0, 48),
+    ]
+    fields = ("key", "device_type", "self_device_time_total", "is_user_annotation")
+    fields += ("cpu_time_total", "count")
+    averages = [SimpleNamespace(**dict(zip(fields, r, strict=True))) for r in rows]
+    prof = SimpleNamespace(key_averages=lambda: averages)
+    source = ck.code_cell(LESSON, "averages = prof.key_averages()")
+    for kind, line in (("cuda", "the GPU busy 1.3 ms of them (0.7%)"), ("cpu", "no GPU")):
+        printed = []
+        namespace = {"prof": prof, "DeviceType": DeviceType, "epoch_ms": 200.0}
+        namespace |= {"device": torch.device(kind), "facts": SimpleNamespace(name=kind)}
+        exec(
+            source, {**namespace, "print": lambda *parts, out=printed: out.append(" ".join(parts))}
+        )
+        assert "200 ms, 141 ms of it in next()" in printed[0], printed
+        assert line in printed[1] and "48 .item() calls" in printed[1], printed
+
+
+def test_the_text_says_where_to_compile_and_the_fixtures_follow_it():
+    """A CPU grader would build Inductor's C++ kernels inside Ex.4's cell (about 100 s on the
+    course's 2-core machine, against nbgrader's 120 s a cell), or fail without a compiler: the text
+    tells learners to compile on the GPU only or with `backend="eager"` on a CPU, quotes the
+    cell's time bound as nbgrader_config sets it, and every fixture that compiles does so."""
+    (text,) = [
+        c.source
+        for c in ck.read(ck.solution_path(LESSON)).cells
+        if c.cell_type == "markdown" and "How the batches reach `fast_epoch`" in c.source
+    ]
+    assert '**Where to compile**: on the GPU only (`if device.type == "cuda"`)' in text
+    assert 'or with `backend="eager"` on a CPU' in text
+    config = (ck.ROOT / "nbgrader_config.py").read_text()
+    timeout = re.search(r"c\.Execute\.timeout = (\d+)", config)
+    assert timeout and f"this course gives nbgrader {timeout[1]} s a cell" in text
+    compiling = [
+        (f.name, source)
+        for f in [*ck.fixtures(LESSON), *ck.fixtures(LESSON, cuda=True), *in_process()]
+        for source in f.answers.values()
+        if "torch.compile(" in source
+    ]
+    assert compiling, "the fixtures hold a compiled route"
+    for name, source in compiling:
+        assert 'device.type == "cuda"' in source and 'backend="eager"' in source, name
