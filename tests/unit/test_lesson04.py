@@ -334,3 +334,132 @@ def test_the_fp16_scaler_may_skip_a_few_steps_only(strict):
     assert strict(title, T4, use_scaler=True, skipped=3)[-1]["passed"] is True
     with pytest.raises(RuntimeError, match="skips only a few"):
         strict(title, T4, use_scaler=True, skipped=30)
+
+
+# --- TF32 matmuls: only where the datasheet promises a clear gain --------------------------------
+@pytest.mark.parametrize(
+    "gpu, right",
+    [
+        (H200, {"fp32": 51.2, "tf32": 343.0}),  # the course's GPU run: 6.7x
+        (H100, {"fp32": 51.0, "tf32": 340.0}),  # datasheet 7.4x
+        (A100, {"fp32": 19.0, "tf32": 120.0}),  # datasheet 8x
+    ],
+)
+def test_tf32_matmuls_must_beat_strict_fp32_where_the_datasheet_gives_3x(strict, gpu, right):
+    title = "TF32 matmuls run at least 1.5x"
+    assert kinds(strict(title, gpu, tflops=right)) == [("precondition", True), ("claim", True)]
+    with pytest.raises(RuntimeError, match="TF32 matmuls run at least 1.5x"):  # TF32 left off
+        strict(title, gpu, tflops={"fp32": right["fp32"], "tf32": right["fp32"] * 1.02})
+
+
+@pytest.mark.parametrize("gpu", [L4, A10G, UNKNOWN])
+def test_tf32_matmuls_are_not_validated_without_a_3x_datasheet(strict, gpu):
+    # an L4's datasheet gives TF32 1.98x fp32, an A10G's (AWS's figures) 1.0x: a right run may
+    # measure 1.0-1.6x there; an unknown card has no datasheet at all
+    records = strict("TF32 matmuls run at least 1.5x", gpu, tflops={"fp32": 30.0, "tf32": 33.0})
+    assert kinds(records) == [("precondition", False)], records
+
+
+def test_a_t4_has_no_tf32_row_to_check(strict):
+    assert strict("TF32 matmuls run at least 1.5x", T4, tflops={"fp32": 4.5, "fp16": 25.0}) == []
+
+
+def test_the_card_table_and_the_lesson_agree_on_the_a10g():
+    peaks = card(A10G)["published"]
+    assert peaks["tf32"] / peaks["fp32"] == pytest.approx(1.0)  # no faster than fp32
+    assert peaks["bf16"] / peaks["fp32"] == pytest.approx(2.0)
+    table = next(
+        c.source for c in ck.read(ck.solution_path(LESSON)).cells if "| A10G |" in c.source
+    )
+    row = next(line for line in table.splitlines() if "| A10G |" in line)
+    assert "tf32 no faster than fp32" in row and "2x its fp32 rate" in row
+
+
+def test_the_matmul_formats_are_timed_in_turns():
+    assert "interleaved(format_tflops, operands)" in ck.code_cell(LESSON, "tflops = interleaved(")
+
+
+# --- Exercise 3 scores the same on every grader --------------------------------------------------
+def _cell(grade_id: str) -> str:
+    cells = ck.read(ck.solution_path(LESSON)).cells
+    (found,) = [
+        c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    ]
+    return found
+
+
+def _graded(grade_id: str, answer: str, **names) -> str | None:
+    """Run a test cell (visible and hidden tests) against an answer: None, or the failure."""
+    namespace = {"torch": torch, "F": torch.nn.functional, "gpucourse": gpucourse, **names}
+    namespace |= {"device": torch.device("cpu")} | names
+    exec(ck.code_cell(LESSON, "def fp32_train_step("), namespace)
+    exec(answer, namespace)
+    try:
+        exec(_cell(grade_id), namespace)
+    except AssertionError as error:
+        return str(error)
+    return None
+
+
+FP16_HARDCODED = next(f for f in ck.fixtures(LESSON) if f.name == "fp16_hardcoded")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # a CPU or H100; a T4
+def test_part_a_right_passes_and_a_hard_coded_fp16_fails_whatever_the_graders_dtype(dtype):
+    """The lesson's dtype is the grader's: bf16 on a CPU, A100 or H100, fp16 on a T4 or V100.
+    A dtype written in by hand fails on both: a T4 grader's visible test passes it, the hidden
+    test's CPU check with bf16 does not."""
+    assert _graded("test_amp_loss", _cell("amp_loss"), dtype=dtype) is None
+    failure = _graded("test_amp_loss", FP16_HARDCODED.answers["amp_loss"], dtype=dtype)
+    # a bf16 grader: the visible test; a T4 grader: the hidden test's CPU check with bf16
+    expected = "expected torch.bfloat16" if dtype == torch.bfloat16 else "with torch.bfloat16"
+    assert expected in (failure or ""), failure
+
+
+def test_part_b_grades_the_fp16_branch_with_an_enabled_scaler(monkeypatch):
+    """GPUCOURSE_AMP_DTYPE=float16 takes a T4's branch (fp16 + GradScaler) where bf16 would be
+    picked: on a CPU, Exercise 3's tests then run with an enabled scaler, as on a T4 grader."""
+    monkeypatch.setenv("GPUCOURSE_AMP_DTYPE", "float16")
+    dtype, use_scaler = gpucourse.amp_dtype(gpucourse.device_facts("cpu"))
+    assert (dtype, use_scaler) == (torch.float16, True)
+    names = {"dtype": dtype, "use_scaler": use_scaler}
+    assert _graded("test_scaled_step", _cell("scaled_step"), **names) is None
+    assert _graded("test_amp_loss", _cell("amp_loss"), **names) is None
+    # the visible test's scaler starts at 2**10: an fp16 first step cannot overflow and be skipped
+    assert "GradScaler(device.type, init_scale=2.0**10, enabled=use_scaler)" in _cell(
+        "test_scaled_step"
+    )
+
+
+@pytest.mark.parametrize(
+    "capability, expected",
+    [
+        ((9, 0), (torch.float16, True)),
+        ((7, 5), (torch.float16, True)),
+        ((6, 1), (torch.float32, False)),
+    ],
+)
+def test_the_fp16_override_changes_only_what_would_be_bf16(monkeypatch, capability, expected):
+    import dataclasses
+
+    facts = dataclasses.replace(gpucourse.device_facts("cpu"), compute_capability=capability)
+    monkeypatch.setenv("GPUCOURSE_AMP_DTYPE", "float16")
+    assert gpucourse.amp_dtype(facts) == expected
+    monkeypatch.delenv("GPUCOURSE_AMP_DTYPE")
+    assert gpucourse.amp_dtype(facts)[0] == (
+        torch.bfloat16 if capability >= (8, 0) else expected[0]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("machine", ["t4", "h100"])
+def test_a_hard_coded_fp16_loses_exercise_3a_on_a_t4_and_on_an_h100(machine):
+    """The fixture in the CUDA rehearsal (a T4's facts: dtype float16, an enabled scaler; an
+    H100's: bf16): the same cell fails, and only that one, on both."""
+    from coursetools.rehearsal.kernel import run
+
+    nb = ck.submission_from(ck.read(ck.solution_path(LESSON)), FP16_HARDCODED.answers)
+    result = run(nb, machine, cwd=ck.solution_path(LESSON).parent)
+    assert set(result.errors) == {"test_amp_loss"}, result.errors
+    expected = "with torch.bfloat16" if machine == "t4" else "expected torch.bfloat16"
+    assert expected in result.errors["test_amp_loss"], result.errors

@@ -14,9 +14,11 @@ from .timing import benchmark
 
 # Dense peaks (half the datasheets' tensor-core figures, which assume 2:4 sparsity) from NVIDIA's
 # datasheets: T4, L4, A100 (SXM4 columns), H100 (SXM and PCIe), H200 (SXM); "pcie" is one direction
-# of the x16 link (datasheets count both). A10G (AWS G5 only, no datasheet): 80 SMs at 1.71 GHz with
-# GA102's consumer tensor rate, as AWS quotes. None: no bf16 or TF32 before Ampere. Columns: fp32,
-# tf32, bf16, fp16 (TFLOP/s), memory bandwidth, pcie (GB/s).
+# of the x16 link (datasheets count both). A10G (AWS G5 only, no NVIDIA datasheet): AWS's
+# figures, as Baseten's "NVIDIA A10 vs A10G for ML model inference" quotes them: 80 SMs at 1.71 GHz,
+# tensor cores at GA102's consumer rate (half the A10's), so tf32 no faster than fp32 and 16 bits
+# at 2x (lesson 04's table says so). None: no bf16 or TF32 before Ampere. Columns: fp32, tf32,
+# bf16, fp16 (TFLOP/s), memory bandwidth, pcie (GB/s).
 CARDS = [
     (r"\bT4\b", "T4", (8.1, None, None, 65.0, 320.0, 16.0)),
     (r"\bL4\b", "L4", (30.3, 60.0, 121.0, 121.0, 300.0, 32.0)),

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 
 # =1: a CPU fallback is an error, so a GPU runner cannot pass on the CPU
 REQUIRE_GPU_VAR = "GPUCOURSE_REQUIRE_GPU"
+# =float16: amp_dtype picks fp16 + GradScaler where it would pick bf16 (a T4's branch)
+AMP_DTYPE_VAR = "GPUCOURSE_AMP_DTYPE"
 # compute capabilities: CUDA C++ Programming Guide
 TENSOR_CORES_FROM = (7, 0)
 BF16_TF32_FROM = (8, 0)
@@ -280,11 +282,13 @@ def device_facts(device=None) -> DeviceFacts:
 
 def amp_dtype(facts: DeviceFacts) -> tuple:
     """Lesson 04's rule, ``(dtype, use_scaler)``: bf16 on a CPU and from 8.0, fp16 + GradScaler
-    on 7.x, else fp32."""
+    on 7.x, else fp32. ``GPUCOURSE_AMP_DTYPE=float16`` takes a T4's branch where bf16 would be
+    picked, so a newer GPU runs it too (docs/gpu-runner.md)."""
     import torch
 
     if facts.compute_capability is None or facts.compute_capability >= BF16_TF32_FROM:
-        return torch.bfloat16, False
+        t4_branch = os.environ.get(AMP_DTYPE_VAR, "").strip() == "float16"
+        return (torch.float16, True) if t4_branch else (torch.bfloat16, False)
     return (
         (torch.float16, True)
         if facts.compute_capability >= TENSOR_CORES_FROM
