@@ -220,6 +220,7 @@ def test_the_widening_keeps_the_widest_model_that_fits_and_says_when_that_is_not
     after = sized("cuda", H200_DECODE_MS, grows(H200_STEP_MS, 1.0), fits=lambda w: w <= 256)
     assert after["step_width"] == after["train_step"].width == 160, after["tried"]
     assert after["benchmarked"] == [160, 352]  # 352 ran out of memory: 160 stays
+    assert after["wider_step"] is None  # the model that did not fit is not kept alive
     lesson["loader_stats"] = [gpucourse.loaders.LoaderStats("x", 1, 1, 0.0, 1.0)] * 2
     lesson["decode_ms"], lesson["step_ms"] = H200_DECODE_MS, after["step_ms"]
     assert [(r["kind"], r["met"]) for r in checked(lesson)] == [("precondition", False)]
