@@ -517,3 +517,37 @@ def test_the_text_ties_the_compiles_gain_to_the_profile_and_leads_exercise_5_wit
         and "busy for most of the call" in cells["c063"].source
     )
     assert "near_balance" not in ck.code_cell(PROFILE, "timed = {}")
+
+
+SUM_IDIOMS = {  # another natural running sum, right on every grader (and on the GPU alone: "cuda")
+    "a Python float": ("total = torch.zeros((), device=device)", "total = 0.0"),
+    "copied there": (
+        "total = torch.zeros((), device=device)",
+        "total = torch.zeros(()).to(device)",
+    ),
+    "the model's device": (
+        "total = torch.zeros((), device=device)",
+        "total = torch.zeros((), device=next(model.parameters()).device)",
+    ),
+    "cuda by name": ("device=device", 'device="cuda"'),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+@pytest.mark.parametrize("machine", ["cpu", "t4"])
+@pytest.mark.parametrize("idiom", SUM_IDIOMS)
+def test_the_meta_pass_keeps_the_right_idioms(idiom, machine, monkeypatch):
+    """The meta pass keeps copies to a GPU on the meta device, so an answer that names "cuda" keeps
+    its points on a GPU grader (it never ran on a CPU one); a sum made anywhere on the device, or a
+    Python float the loss turns into a tensor there, passes on every grader."""
+    from coursetools import rehearsal
+
+    if idiom == "cuda by name" and machine == "cpu":
+        pytest.skip("a CUDA device named in the answer: a CPU grader has none")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    answer = ck.solution_answers(PROFILE)["fast_epoch"]
+    old, new = SUM_IDIOMS[idiom]
+    assert old in answer
+    answer = answer.replace(old, new)
+    with rehearsal.Rehearsal("t4") if machine == "t4" else contextlib.nullcontext():
+        assert _grade_fast_epoch(answer) is None
