@@ -3,12 +3,12 @@
 A `jupyter lab` server from the course environment serves a scratch copy of
 lesson 01 on a free loopback port, behind a token. Headless Chromium (Debian's
 `chromium` package, driven by Playwright: no browser download) opens the
-notebook, runs it from the menu (Run > Run All Cells), waits until the kernel is
-idle, saves it from the menu and reads back what the learner saw:
+notebook, runs it with a click in the menu (Run > Run All Cells), saves it and
+reads back what the learner saw:
 
 - the student notebook: it renders, the set-up cell succeeds, Run All stops at the
   first exercise's test cell with the NotImplementedError and the course's hint;
-  a learner who carries on (Run > Run Selected Cell and All Below from the next
+  a learner who carries on (Run > Run Selected Cell and All Below's command from the next
   cell, again after each error) meets that same error at every unanswered
   exercise and in the cells that use its answer, and no other error;
 - then the learner types the answers of the two exercises the lesson's plot needs into their
@@ -25,7 +25,11 @@ it shares with the solution; what only a browser shows (cells render collapsed o
 runs from the UI, a plot renders, edits run) is these tests'.
 
 Both tests share one JupyterLab server and one Chromium page (a module-scoped fixture): each opens
-its notebook in the running JupyterLab; waits are on conditions in the page, never fixed sleeps.
+its notebook in the running JupyterLab. Waits are on conditions only, never fixed sleeps, clicks
+or runs retried: one menu click (Run > Run All Cells) is the learner's path through the menu; the
+other runs, the selection and the saves go through JupyterLab's commands, whose promises settle
+when the work is done (COURSE_TEST); what the page shows is checked with Playwright's assertions,
+which retry until it holds.
 
 Screenshots go to test-artifacts/ (git-ignored). Without Chromium or Playwright
 the tests skip and say why; `.ci/run` installs Debian's chromium first.
@@ -54,6 +58,13 @@ import coursekit as ck
 import nbformat
 import pytest
 from browserkit import chromium_page, failure_screenshot, screenshot, why_no_browser
+
+try:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)  # what the page shows, retried until it holds or 30 s pass
+except ImportError:  # the tests skip and say why (why_no_browser)
+    expect = None
 
 # CI installs what these need (.ci/run): a skip there fails
 pytestmark = pytest.mark.ci_required
@@ -147,138 +158,176 @@ def jupyter_lab(root: Path, scratch: Path):
         log.close()
 
 
+# What the tests do in the page, through JupyterLab's commands. A command returns a promise that
+# settles once its work is done: `notebook:run-*` once the cells it queued ran (or, when one
+# fails, once that cell's reply is in), `docmanager:save` once saved. A promise is followed
+# (`follow`): the test waits on `courseTest.outcome` with a deadline, so a run that never ends fails
+# at the deadline instead of hanging. A run ends with a kernel_info request: the kernel answers
+# requests in order, so once it answers this one it has answered every request of the run (those a
+# failed cell cancelled too), and the next run meets a kernel that runs what it is sent.
+COURSE_TEST = """() => {
+    const app = window.jupyterapp;
+    const panel = () => app.shell.currentWidget;
+    const answered = () => panel().sessionContext.session.kernel.requestKernelInfo();
+    const test = window.courseTest = {
+        outcome: {state: 'done'},
+        seen: [],
+        follow(promise) {
+            const outcome = test.outcome = {state: 'pending'};
+            promise.then(
+                value => Object.assign(outcome, {state: 'done', value}),
+                error => Object.assign(outcome, {state: 'failed', error: String(error)}),
+            );
+        },
+        open: path => test.follow((async () => {
+            const widget = await app.commands.execute('docmanager:open', {path});
+            await widget.context.ready;
+            await widget.sessionContext.ready;
+            const kernel = widget.sessionContext.session?.kernel;
+            if (!kernel) throw new Error(`${path} has no kernel`);
+            await kernel.info;  // the kernel is started and has answered
+            await widget.revealed;
+        })()),
+        select(index) {  // as a click on the cell's prompt does: the cell active, command mode
+            const notebook = panel().content;
+            notebook.mode = 'command';
+            notebook.activeCellIndex = index;
+            notebook.deselectAll();
+            notebook.activate();
+        },
+        run: (command, indices) => test.follow((async () => {
+            const ran = [];
+            for (const index of indices ?? [null]) {
+                if (index !== null) test.select(index);
+                ran.push(await app.commands.execute(command));
+            }
+            await answered();
+            return ran;
+        })()),
+        save: () => test.follow(app.commands.execute('docmanager:save')),
+        // The commands a click or a key press executes: watch([...ids]), act, followWatched().
+        watch(ids) {
+            test.seen = [];
+            const seen = (_, {id, result}) => ids.includes(id) && test.seen.push(result);
+            app.commands.commandExecuted.connect(seen);
+            test.unwatch = () => app.commands.commandExecuted.disconnect(seen);
+        },
+        followWatched() {
+            test.unwatch();
+            const runs = Promise.all(test.seen);
+            test.follow(runs.then(async ran => { await answered(); return ran; }));
+        },
+    };
+}"""
+
+
 def start_lab(page, base: str, token: str) -> None:
     """Load JupyterLab in the page, in a fresh workspace (JupyterLab reopens a workspace's tabs)."""
     page.goto(f"{base}/lab/workspaces/browser-tests?reset&token={token}")
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=120_000)
-    page.evaluate(
-        "async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }"
-    )
+    page.evaluate(COURSE_TEST)
+    page.evaluate("() => courseTest.follow(window.jupyterapp.restored)")
+    settled(page, "JupyterLab's start", timeout_s=120)
+
+
+def settled(page, what: str, timeout_s: float = RUN_TIMEOUT_S):
+    """Wait until the promise the page follows settles; what it resolved to."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "() => courseTest.outcome.state !== 'pending'", polling=100, timeout=timeout_s * 1000
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(f"{what} did not finish in {timeout_s:.0f} s") from None
+    outcome = page.evaluate("() => courseTest.outcome")
+    assert outcome["state"] == "done", f"{what} failed in the page: {outcome.get('error')}"
+    return outcome.get("value")
+
+
+def expect_idle(page) -> None:
+    """What the learner sees once a run is over: the kernel idle, no cell queued or running."""
+    expect(
+        page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator"), "the kernel is idle"
+    ).to_have_attribute("data-status", "idle")
+    expect(
+        page.locator(f"{NOTEBOOK} .jp-InputPrompt", has_text="*"), "no cell is queued or running"
+    ).to_have_count(0)
 
 
 def open_notebook(page, relpath: str) -> None:
     """Open a notebook in the JupyterLab the page holds (as the file browser does); wait until it
-    renders in front, its kernel idle."""
-    page.evaluate(
-        "async path => { await window.jupyterapp.commands.execute('docmanager:open', {path}); }",
-        relpath,
+    renders in front, its kernel started and idle."""
+    page.evaluate("path => courseTest.open(path)", relpath)
+    settled(page, f"opening {relpath}", timeout_s=120)
+    expect(page.locator(".jp-mod-current.lm-TabBar-tab")).to_have_attribute(
+        "title", re.compile(re.escape(relpath))
     )
-    page.wait_for_function(
-        """path => {
-            const panel = document.querySelector('PANEL');
-            const tab = document.querySelector('.jp-mod-current.lm-TabBar-tab');
-            return panel && panel.querySelector('.jp-Cell') && tab && tab.title.includes(path);
-        }""".replace("PANEL", PANEL),
-        arg=relpath,
-        timeout=120_000,
-    )
-    wait_idle(page, timeout_s=120)
-
-
-def rendered_cells(page) -> int:
-    return page.locator(f"{NOTEBOOK} .jp-Cell").count()
+    expect(page.locator(f"{NOTEBOOK} .jp-Cell").first).to_be_visible()
+    expect_idle(page)
 
 
 def menu(page, top: str, command: str) -> None:
     """Click a menu item, e.g. menu(page, "Run", "runmenu:run-all"), as a learner does."""
     page.locator(".lm-MenuBar-item", has_text=top).first.click()
-    item = page.locator(f'.lm-Menu-item[data-command="{command}"]').first
-    item.wait_for(state="visible")
-    item.click()
+    page.locator(f'.lm-Menu-item[data-command="{command}"]').first.click()
 
 
-PROMPTS = (
-    f"() => [...document.querySelectorAll('{NOTEBOOK} .jp-InputPrompt')]"
-    ".map(p => p.textContent).join('|')"
-)
+def run_from_menu(page, top: str, command: str) -> None:
+    """Run cells with a click in a menu, e.g. run_from_menu(page, "Run", "runmenu:run-all"), as
+    a learner does; wait until the command the click executed is done."""
+    watched(page, [command], lambda: menu(page, top, command), f"{top} > {command}", 1)
 
 
-# For each cell of the notebook in front, from JupyterLab's model: None for a markdown cell, else
-# its execution count (0 before it runs) and whether it shows an error.
-CELLS = """() => window.jupyterapp.shell.currentWidget.content.widgets.map(w =>
-    w.model.type !== 'code' ? null : [
-        w.model.executionCount || 0,
-        w.model.outputs.toJSON().some(o => o.output_type === 'error'),
-    ])"""
-
-
-def ran_since(cells, before) -> list[int]:
-    """The cells whose execution count changed since ``before`` (CELLS then)."""
-    return [i for i, (c, b) in enumerate(zip(cells, before, strict=True)) if c and c[0] != b[0]]
-
-
-def ran_something(cells, before) -> bool:
-    """A run from the menu is over once the notebook is idle (``wait_idle``: no cell queued or
-    running) and it ran a cell. What it ran is read from the saved notebook: waiting here for its
-    last cell to show an error once waited out the deadline on a notebook idle for minutes."""
-    return bool(ran_since(cells, before))
-
-
-class NothingRan(AssertionError):
-    """A run was started (its cells were queued) and ended with no cell run."""
-
-
-def run_from_menu(page, command: str, cell: int | None = None) -> None:
-    """Select ``cell`` (if given), run cells from the Run menu and wait until the run is over
-    (``ran_something``). A run that ran nothing (the selection moved, or the kernel turned the
-    request down while still clearing the queue behind an earlier error) is run again, once, as a
-    learner who sees nothing happen would."""
-    for attempt in (1, 2):
-        if cell is not None:
-            select_cell(page, cell)
-        try:
-            return run_and_wait(page, lambda: menu(page, "Run", command), command, ran_something)
-        except NothingRan:
-            if attempt == 2:
-                raise
-
-
-def run_and_wait(page, start, what: str, over) -> None:
-    """Run cells with ``start()`` and wait for them: first a prompt must change ([*] or a new
-    count), then the notebook idle with ``over(CELLS now, CELLS before)`` true (between two cells
-    of a run the kernel may look idle a moment)."""
+def watched(page, commands: list[str], act, what: str, times: int):
+    """Do ``act()`` (a click, key presses), which executes one of ``commands`` ``times`` times;
+    wait until the commands are done (and the kernel has answered what they sent)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    since = page.evaluate(CELLS)
-    before = page.evaluate(PROMPTS)
-    start()
+    page.evaluate("ids => courseTest.watch(ids)", commands)
+    act()
     try:
-        page.wait_for_function(f"before => ({PROMPTS})() !== before", arg=before, polling=50)
+        page.wait_for_function(
+            "times => courseTest.seen.length >= times", arg=times, polling=100, timeout=30_000
+        )
     except PlaywrightTimeout:
-        raise AssertionError(f"{what} started no cell") from None
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while True:
-        wait_idle(page)
-        cells = page.evaluate(CELLS)
-        if over(cells, since):
-            return
-        # idle, and no cell ran: the run started nowhere it should (never wait out the deadline)
-        if not ran_since(cells, since):
-            raise NothingRan(f"{what} ran no cell (cell {page.evaluate(ACTIVE)} is the active one)")
-        assert time.monotonic() < deadline, f"{what} did not finish in {RUN_TIMEOUT_S} s"
+        ran = page.evaluate("() => courseTest.seen.length")
+        raise AssertionError(f"{what} executed {commands} {ran} of {times} times") from None
+    page.evaluate("() => courseTest.followWatched()")
+    ran = settled(page, what)
+    expect_idle(page)
+    return ran
+
+
+def run_command(page, command: str, cells: list[int] | None = None):
+    """Run a notebook command (``notebook:run-*``), on each of ``cells`` in turn (selected first)
+    if given; wait until it is done. What each run resolved to (False: a cell failed)."""
+    page.evaluate("([command, cells]) => courseTest.run(command, cells)", [command, cells])
+    ran = settled(page, command)
+    expect_idle(page)
+    return ran
 
 
 def run_cells(page, indices: list[int]) -> None:
     """Run each cell (selected, then Run > Run Selected Cell's command: a click on a collapsed
     cell would expand it); wait until each has run."""
+    ran = run_command(page, "notebook:run-cell", indices)
+    assert len(ran) == len(indices), f"Run Selected Cell ran {len(ran)} of {len(indices)} cells"
 
-    def start():
-        page.evaluate(
-            """async indices => {
-                const notebook = window.jupyterapp.shell.currentWidget.content;
-                for (const index of indices) {
-                    notebook.activeCellIndex = index;
-                    notebook.deselectAll();
-                    await window.jupyterapp.commands.execute('notebook:run-cell');
-                }
-            }""",
-            indices,
-        )
 
-    def over(cells, before):
-        return set(indices) <= set(ran_since(cells, before))
-
-    run_and_wait(page, start, "Run Selected Cell", over)
+def select_cell(page, index: int) -> None:
+    """Make a cell the active one in command mode, the keyboard's focus in the notebook (as a
+    click on its prompt does): JupyterLab says so in the page."""
+    page.evaluate("i => courseTest.select(i)", index)
+    expect(page.locator(f"{NOTEBOOK} .jp-Cell").nth(index), f"cell {index} active").to_have_class(
+        re.compile(r"(^|\s)jp-mod-active(\s|$)")
+    )
+    page.wait_for_function(
+        "selector => document.querySelector(selector).contains(document.activeElement)",
+        arg=NOTEBOOK,
+        polling=100,
+        timeout=30_000,
+    )
 
 
 def type_into_cell(page, index: int, text: str) -> None:
@@ -290,44 +339,14 @@ def type_into_cell(page, index: int, text: str) -> None:
     page.keyboard.press("Escape")
 
 
-# True when no cell is queued or running ([*]) and the kernel is started and idle.
-IDLE = """() => {
-    const prompts = [...document.querySelectorAll('NOTEBOOK .jp-InputPrompt')];
-    const status = document.querySelector('PANEL .jp-Notebook-ExecutionIndicator');
-    const kernel = status ? status.getAttribute('data-status') : 'unknown';
-    // The indicator also says idle while the kernel is still starting: the status bar tells them
-    // apart.
-    const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
-        .map(e => e.textContent.trim());
-    const ready = bar.some(t => t.endsWith('| Idle') && !t.startsWith('No Kernel'));
-    const running = prompts.some(p => p.textContent.includes('*'));
-    return !running && kernel === 'idle' && ready;
-}""".replace("NOTEBOOK", NOTEBOOK).replace("PANEL", PANEL)
-
-
-def wait_idle(page, timeout_s: float = RUN_TIMEOUT_S) -> None:
-    """Wait until the notebook is idle (IDLE), and still is a moment later."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left_ms = (deadline - time.monotonic()) * 1000
-        try:
-            assert left_ms > 0
-            page.wait_for_function(IDLE, polling=100, timeout=left_ms)
-        except (AssertionError, PlaywrightTimeout):
-            raise AssertionError(f"the notebook was still running after {timeout_s} s") from None
-        page.wait_for_timeout(200)
-        if page.evaluate(IDLE):
-            return
-
-
 def save(page, path: Path):
-    """File > Save Notebook, then read what JupyterLab wrote (the server answers once written)."""
+    """Save the notebook (File > Save's command), then read what JupyterLab wrote (the server
+    answers once written)."""
     with page.expect_response(
-        lambda r: r.request.method == "PUT" and "/api/contents/" in r.url, timeout=30_000
+        lambda r: r.request.method == "PUT" and "/api/contents/" in r.url, timeout=60_000
     ) as saved:
-        menu(page, "File", "docmanager:save")
+        page.evaluate("() => courseTest.save()")
+        settled(page, "saving", timeout_s=60)
     assert saved.value.ok, f"JupyterLab did not save the notebook: {saved.value.status}"
     return nbformat.read(path, as_version=4)
 
@@ -342,32 +361,9 @@ def error_of(cell):
 
 
 def scroll_to_cell(page, index: int) -> None:
-    page.locator(f"{NOTEBOOK} .jp-Cell").nth(index).scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
-
-
-ACTIVE = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
-
-
-def select_cell(page, index: int) -> None:
-    """Click a cell's prompt area: selects it without entering edit mode. A click can land on
-    another cell while the page still moves after a run (JupyterLab makes the last cell active when
-    Run All Below starts, and outputs still render): the selection is read back, and the learner
-    clicks again, until JupyterLab holds the cell active a moment later too."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     cell = page.locator(f"{NOTEBOOK} .jp-Cell").nth(index)
-    for _ in range(5):
-        cell.scroll_into_view_if_needed()
-        cell.locator(".jp-InputPrompt").first.click()
-        with contextlib.suppress(PlaywrightTimeout):
-            page.wait_for_function(f"i => ({ACTIVE})() === i", arg=index, timeout=2_000)
-            page.wait_for_timeout(300)
-            if page.evaluate(ACTIVE) == index:
-                return
-    raise AssertionError(
-        f"cell {index} could not be selected: cell {page.evaluate(ACTIVE)} is active"
-    )
+    cell.scroll_into_view_if_needed()
+    expect(cell).to_be_in_viewport()
 
 
 def scratch_lesson(tmp: Path) -> Path:
@@ -413,12 +409,12 @@ def test_student_notebook_in_jupyterlab(lab):
     with failure_screenshot(page):
         started = time.monotonic()
         open_notebook(page, relpath)
-        run_from_menu(page, "runmenu:run-all")
-        rendered, took = rendered_cells(page), time.monotonic() - started
+        run_from_menu(page, "Run", "runmenu:run-all")  # the learner's path, through the menu
+        took = time.monotonic() - started
         nb = save(page, path)
-        assert rendered == len(nb.cells), (
-            f"JupyterLab rendered {rendered} of the notebook's {len(nb.cells)} cells"
-        )
+        expect(
+            page.locator(f"{NOTEBOOK} .jp-Cell"), "JupyterLab renders every cell of the notebook"
+        ).to_have_count(len(nb.cells))
         cells = code_cells(nb)
         _, setup = cells[0]
         assert setup.execution_count and not error_of(setup), (
@@ -446,8 +442,8 @@ def test_student_notebook_in_jupyterlab(lab):
         )
         scroll_to_cell(page, first)
         hint = page.locator(f"{NOTEBOOK} .jp-Cell").nth(first).locator(".jp-OutputArea-output")
-        assert "An exercise is not answered yet" in hint.inner_text(), (
-            "the learner sees the hint in the page"
+        expect(hint, "the learner sees the hint in the page").to_contain_text(
+            "An exercise is not answered yet", use_inner_text=True
         )
         shot = screenshot(page, f"browser-{LESSON}-student.png")
 
@@ -457,10 +453,14 @@ def test_student_notebook_in_jupyterlab(lab):
             nexts = [i for i, c in cells if i > first]
             if not nexts:
                 break
-            run_from_menu(page, "notebook:run-all-below", cell=nexts[0])
+            # Run > Run Selected Cell and All Below's command
+            run_command(page, "notebook:run-all-below", [nexts[0]])
             rounds += 1
             nb = save(page, path)
             cells = code_cells(nb)
+            assert dict(cells)[nexts[0]].execution_count, (
+                f"Run Selected Cell and All Below from cell {nexts[0]} ran it"
+            )
             later = [i for i, c in cells if i > first and error_of(c)]
             if not later:
                 break
@@ -475,20 +475,17 @@ def test_student_notebook_in_jupyterlab(lab):
             type_into_cell(page, where[grade_id], answers[grade_id])
         start = min(where[grade_id] for grade_id in PLOT_NEEDS)
         select_cell(page, start)
-        run_and_wait(
+        watched(
             page,
+            ["notebook:run-cell-and-select-next"],  # Shift+Enter's command
             lambda: [page.keyboard.press("Shift+Enter") for _ in range(start, plot + 1)],
             "Shift+Enter",
-            lambda cells, before: plot in ran_since(cells, before),
+            plot + 1 - start,
         )
         answered = dict(code_cells(save(page, path)))
-        images = (
-            page.locator(f"{NOTEBOOK} .jp-Cell")
-            .nth(plot)
-            .locator(".jp-OutputArea-output img")
-            .count()
-        )
+        image = page.locator(f"{NOTEBOOK} .jp-Cell").nth(plot).locator(".jp-OutputArea-output img")
         scroll_to_cell(page, plot)
+        expect(image.first, "the plot renders in the page").to_be_visible()
         plot_shot = screenshot(page, f"browser-{LESSON}-plot.png")
 
     not_run = [i for i, c in cells if not c.execution_count]
@@ -526,7 +523,6 @@ def test_student_notebook_in_jupyterlab(lab):
     assert not error_of(answered[plot]) and any(
         "image/png" in o.get("data", {}) for o in answered[plot].outputs
     ), "the plot cell draws its figure once the exercises it needs are answered"
-    assert images >= 1, "the plot renders in the page"
     failed = [c.metadata.get("nbgrader", {}).get("grade_id") or i for i, c in cells if error_of(c)]
     print(
         f"\nstudent notebook: {len(nb.cells)} cells rendered, Run All in {took:.0f} s, "
@@ -588,18 +584,19 @@ def test_solution_shows_gpu_checks_collapsed_and_runs_them(lab):
     with failure_screenshot(page):
         open_notebook(page, relpath)
         shown = page.locator(f"{NOTEBOOK} .jp-Cell")
+        expect(shown).to_have_count(len(before.cells))
         for i in checks:  # collapsed: a placeholder with the check's title, no editor
             cell = shown.nth(i)
             title = before.cells[i].source.splitlines()[0]
-            assert cell.locator(".jp-InputPlaceholder").count() == 1, (
-                f"cell {i} ({title}) is not collapsed"
-            )
-            assert cell.locator(".cm-editor").count() == 0, f"cell {i} ({title}) shows its code"
-            assert "GPU check:" in cell.locator(".jp-InputPlaceholder").inner_text()
+            placeholder = cell.locator(".jp-InputPlaceholder")
+            expect(placeholder, f"cell {i} ({title}) is collapsed").to_have_count(1)
+            expect(placeholder).to_contain_text("GPU check:", use_inner_text=True)
+            code = cell.locator(".cm-editor")
+            expect(code, f"cell {i} ({title}) hides its code").to_have_count(0)
         for i in lesson_code:  # the lesson's own code stays in view
-            assert shown.nth(i).locator(".jp-InputPlaceholder").count() == 0, (
-                f"cell {i} is collapsed"
-            )
+            expect(
+                shown.nth(i).locator(".jp-InputPlaceholder"), f"cell {i} is not collapsed"
+            ).to_have_count(0)
         scroll_to_cell(page, checks[0])
         shot = screenshot(page, f"browser-{LESSON}-solution-checks.png")
         run_cells(page, needed)
@@ -642,12 +639,11 @@ def docs_screenshot() -> Path:
             first_test = next(
                 i for i, c in enumerate(nb.cells) if c in ck.nbgrader_cells(nb, "test")
             )
-            run_from_menu(page, "notebook:run-all-above", cell=first_test)
+            run_command(page, "notebook:run-all-above", [first_test])
             setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-            page.locator(f"{NOTEBOOK} .jp-Cell").nth(setup - 1).evaluate(
-                "cell => cell.scrollIntoView({block: 'start'})"
-            )
-            page.wait_for_timeout(500)
+            top = page.locator(f"{NOTEBOOK} .jp-Cell").nth(setup - 1)
+            top.evaluate("cell => cell.scrollIntoView({block: 'start'})")
+            expect(top).to_be_in_viewport()
             DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
             page.screenshot(path=str(DOCS_SCREENSHOT))
     return DOCS_SCREENSHOT
