@@ -40,6 +40,8 @@ MACHINES = {
     ("03_batching_pipelines", "right_other_idioms"): "t4",  # Colab's 2 vCPUs: one loader worker
     ("04_mixed_precision", "right_any_device"): "t4",  # fp16 with a GradScaler, no bf16
     ("10_gpu_dataframes", "right_other_idioms"): "t4:1:colab-pandas,rapids",
+    # one GPU: the graded ranks run on gloo as everywhere, the claims record that they did not run
+    ("11_fsdp_sharding", "right_other_idioms"): "t4",
 }
 # Not rehearsed whole, each for what the rehearsal cannot model (their GPU-only logic is pinned
 # in-process below and in the unit tests): 06's DataParallel demo and NCCL ranks, 07's CUDA memory
