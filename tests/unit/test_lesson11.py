@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 
@@ -139,3 +140,19 @@ def test_counting_holds_each_storage_once_and_every_collective_whole(one_rank):
         gather_single(torch.empty(10, dtype=torch.bfloat16), whole.bfloat16())  # one tensor
     assert dict(traffic.bytes) == {"all-reduce": 40, "all-gather": 40 + 20, "reduce-scatter": 40}
     assert [dtype for _, _, dtype in traffic.log] == ["float32"] * 3 + ["bfloat16"]
+
+
+def test_gloo_ranks_hide_the_gpus_before_torch_starts():
+    """fully_shard's default mesh is on torch's accelerator (CUDA wherever a GPU is visible),
+    not on the process group's backend: on a GPU machine (Colab's T4, a one-GPU grader) the gloo
+    ranks would put their shards on the GPU. measure.py hides the GPUs from gloo ranks before it
+    imports torch, so the graded run is the CPU's on every machine."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+    assert "torch._C._get_accelerator()" in inspect.getsource(_fsdp_init._init_default_mesh)
+    script = ck.code_cell(LESSON, "%%writefile {workdir}/measure.py")
+    hidden = script.index('if args.backend == "gloo":')
+    assert (
+        script[hidden:].split("\n")[1].strip().startswith('os.environ["CUDA_VISIBLE_DEVICES"] = ""')
+    )
+    assert hidden < script.index("\nimport torch\n"), "before torch starts"
