@@ -206,6 +206,7 @@ notebooks: $(STAMP)
 # The helper's release (coursetools.release): record the version, set-up cells install its tag.
 release: $(STAMP)
 	$(BIN)/python -m coursetools.release record
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m coursetools.notebooks
 
 pins: $(STAMP)

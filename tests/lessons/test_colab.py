@@ -32,6 +32,7 @@ from pathlib import Path
 import coursekit as ck
 import pytest
 from coursetools import colab_set
+from coursetools.release import version as helper_version
 
 # Stands in for the kernel, once per case (stdin: a JSON list of {cell, colab, hide}): forgets
 # gpucourse, puts the course's stand-in Colab (coursetools.colab_set.FAKE_COLAB) in place or takes
@@ -164,8 +165,9 @@ def test_on_colab_it_installs_the_helper_only_and_asks_for_a_gpu(tmp_path):
         upgrades = {"-U", "--upgrade", "--force-reinstall", "--upgrade-strategy"} & set(args)
         assert not upgrades, f"{on}: never upgrade Colab's packages: {args}"
         wanted = requirements(args)
-        assert f"gpucourse @ git+{ck.repository_url()}" in wanted, (
-            f"{on}: gpucourse comes from the course repository: {wanted}"
+        release = f"gpucourse @ git+{ck.repository_url()}@v{helper_version()}"
+        assert release in wanted, (
+            f"{on}: gpucourse comes from the course repository at its release tag: {wanted}"
         )
         for requirement in wanted:
             assert requirement_name(requirement) not in FRAMEWORKS, (

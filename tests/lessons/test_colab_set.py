@@ -26,7 +26,7 @@ from pathlib import Path
 
 import coursekit as ck
 import pytest
-from coursetools import colab_set, pins
+from coursetools import colab_set, pins, release
 
 VENV = Path(os.environ.get("GPUCOURSE_COLAB_VENV") or ck.ROOT / ".venv-colab")
 PYTHON = VENV / "bin" / "python"
@@ -162,8 +162,13 @@ def test_the_set_up_cells_installed_gpucourse_from_the_repository_as_on_colab():
             "'direct_url.json'))"
         )
     )
-    assert origin["url"] == f"file://{ck.ROOT}" and origin["vcs_info"]["vcs"] == "git", (
+    # from a scratch clone of this checkout, its last commit tagged (colab_set.tagged_clone)
+    assert origin["url"].startswith("file://") and origin["vcs_info"]["vcs"] == "git", (
         f"not from the git URL: {origin}"
+    )
+    tag = f"v{release.version()}"
+    assert origin["vcs_info"].get("requested_revision") == tag, (
+        f"the set-up cells install the helper's release {tag}: {origin['vcs_info']}"
     )
     assert "dir_info" not in origin, (
         "gpucourse must be installed from the repository, not from the checkout's folder"

@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import logging
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 # PyTorch's CUDA_HOME warning on a CPU ("No CUDA runtime is found"), logged when the benchmark
 # utilities or torch.compile load torch.utils.cpp_extension: it tells a learner nothing
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
