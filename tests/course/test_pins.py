@@ -47,7 +47,10 @@ def test_the_helpers_version_is_written_once():
     assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
     dynamic = tomllib.loads((ck.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert dynamic["dynamic"]["version"] == {"attr": "gpucourse.__version__"}
-    assert importlib.metadata.version("gpucourse") == gpucourse.__version__
+    assert importlib.metadata.version("gpucourse") == gpucourse.__version__, (
+        "the installed helper's metadata is an older version's: `make release` (or "
+        "`.venv/bin/python -m pip install --no-deps -e .`) reinstalls it"
+    )
     assert "readme" not in PROJECT, "the course README is not the helper package's description"
 
 
