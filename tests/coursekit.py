@@ -67,6 +67,27 @@ def gpu_check(lesson: str, title: str) -> str:
     return found[0]
 
 
+class DriftingClock:
+    """A clock on which each run takes ``drift`` times longer than the one before (a T4 throttling
+    as it warms): call it, or read ``perf_counter()``, for the time; ``run(seconds)`` is a step."""
+
+    def __init__(self, drift: float):
+        self.now, self.factor, self.drift = 0.0, 1.0, drift
+
+    def __call__(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def run(self, seconds: float):
+        def step():
+            self.now += seconds * self.factor
+            self.factor *= self.drift
+
+        return step
+
+
 def repository_url() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 

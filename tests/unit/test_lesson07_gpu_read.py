@@ -17,31 +17,14 @@ OOM = "07_troubleshooting_oom"
 CLAIM = "checkpointed step time over the full batch's"
 
 
-class WarmingClock:
-    """Each run takes ``drift`` times longer than the one before (a T4 throttling as it warms)."""
-
-    def __init__(self, drift: float):
-        self.now, self.factor, self.drift = 0.0, 1.0, drift
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def run(self, seconds: float):
-        def step():
-            self.now += seconds * self.factor
-            self.factor *= self.drift
-
-        return step
-
-
-def _in_turns(clock: WarmingClock):
+def _in_turns(clock: ck.DriftingClock):
     namespace = {"torch": torch, "device": torch.device("cpu")}
     exec(ck.code_cell(OOM, "def in_turns("), namespace)
     namespace["time"] = types.SimpleNamespace(perf_counter=clock.perf_counter)
     return namespace["in_turns"]
 
 
-def _row_after_row(clock: WarmingClock, runs: dict, repeats: int = 4) -> dict:
+def _row_after_row(clock: ck.DriftingClock, runs: dict, repeats: int = 4) -> dict:
     """gpucourse.benchmark's order: every run of one row, then the next row's."""
     medians = {}
     for name, run in runs.items():
@@ -68,7 +51,7 @@ def test_the_checkpointing_claim_reads_times_taken_in_turns(recomputed):
     1.13x and passes the 1.05x bound; in turns it reads about 1.03x and fails, and the real 7/6
     stays within 3% of itself."""
     low, high = _bounds()
-    turns_clock, rows_clock = WarmingClock(1.03), WarmingClock(1.03)
+    turns_clock, rows_clock = ck.DriftingClock(1.03), ck.DriftingClock(1.03)
     shape = {"full batch": 1.0, "checkpointing": recomputed}
     turns = _in_turns(turns_clock)({k: turns_clock.run(s) for k, s in shape.items()})
     rows = _row_after_row(rows_clock, {k: rows_clock.run(s) for k, s in shape.items()})

@@ -41,30 +41,15 @@ def _bound(lesson: str, claim_text: str, word: str) -> float:
     return float(re.search(rf"{word}=([0-9.e-]+)", source).group(1))
 
 
-class DriftingClock:
-    """A clock on which each run takes ``drift`` times longer than the one before (a warming T4)."""
-
-    def __init__(self, drift: float):
-        self.now, self.factor, self.drift = 0.0, 1.0, drift
-
-    def __call__(self) -> float:
-        return self.now
-
-    def run(self, seconds: float):
-        def step():
-            self.now += seconds * self.factor
-            self.factor *= self.drift
-
-        return step
-
-
 def test_interleaved_timing_sees_a_2x_gap_through_a_drift_that_hides_it_from_sequential_timing():
     interleaved = _interleaved()
-    clock = DriftingClock(drift=1.1)
+    clock = ck.DriftingClock(drift=1.1)
     slow, fast = interleaved(clock.run(2.0), clock.run(1.0), rounds=7, clock=clock)
     assert 1.7 < slow / fast < 2.0  # each pair of runs sees the same clocks
 
-    sequential = DriftingClock(drift=1.1)  # what timing all slow runs, then all fast ones, reports
+    sequential = ck.DriftingClock(
+        drift=1.1
+    )  # what timing all slow runs, then all fast ones, reports
     slow_runs, fast_runs = sequential.run(2.0), sequential.run(1.0)
     first = [(sequential(), slow_runs(), sequential())[::2] for _ in range(7)]
     then = [(sequential(), fast_runs(), sequential())[::2] for _ in range(7)]
